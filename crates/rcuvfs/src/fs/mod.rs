@@ -1,0 +1,263 @@
+//! The `FileSystem` trait: what a filesystem under the VFS provides, and the
+//! types that cross the boundary.
+//!
+//! A filesystem keeps its own truth. The dcache above it is a cache: it may
+//! drop any unused entry and find it again through [`FileSystem::lookup`].
+//!
+//! # Lookup counts
+//!
+//! As in FUSE, every call that hands the VFS an inode it may keep (lookup,
+//! create, mkdir, mknod, symlink, link) counts one reference on that inode;
+//! the VFS returns them with [`FileSystem::forget`] when it lets the inode go.
+//! An inode with no links and no lookup references is freed. That is how an
+//! unlinked file that is still open keeps its data until its last close.
+//!
+//! # What the VFS checks, and what the filesystem checks
+//!
+//! The VFS checks permissions, name syntax (length, NUL, "." and ".."), and
+//! rename into a subtree. The filesystem checks what its own tables decide:
+//! existence, emptiness, file type (EISDIR/ENOTDIR), and space (ENOSPC).
+
+pub mod memfs;
+
+use crate::error::Result;
+
+pub type Ino = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileType {
+    File,
+    Dir,
+    Symlink,
+    CharDevice,
+    BlockDevice,
+    Fifo,
+    Socket,
+}
+
+impl FileType {
+    /// The `S_IFMT` bits.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileType::File => libc::S_IFREG,
+            FileType::Dir => libc::S_IFDIR,
+            FileType::Symlink => libc::S_IFLNK,
+            FileType::CharDevice => libc::S_IFCHR,
+            FileType::BlockDevice => libc::S_IFBLK,
+            FileType::Fifo => libc::S_IFIFO,
+            FileType::Socket => libc::S_IFSOCK,
+        }
+    }
+
+    pub fn from_mode(mode: u32) -> Option<FileType> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileType::File,
+            libc::S_IFDIR => FileType::Dir,
+            libc::S_IFLNK => FileType::Symlink,
+            libc::S_IFCHR => FileType::CharDevice,
+            libc::S_IFBLK => FileType::BlockDevice,
+            libc::S_IFIFO => FileType::Fifo,
+            libc::S_IFSOCK => FileType::Socket,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timespec {
+    pub fn to_system_time(self) -> std::time::SystemTime {
+        let d = std::time::Duration::new(self.sec.unsigned_abs(), self.nsec);
+        if self.sec >= 0 {
+            std::time::UNIX_EPOCH + d
+        } else {
+            std::time::UNIX_EPOCH - d
+        }
+    }
+
+    pub fn from_system_time(t: std::time::SystemTime) -> Timespec {
+        match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+            Err(e) => {
+                let d = e.duration();
+                let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
+                if nsec > 0 {
+                    sec -= 1;
+                    nsec = 1_000_000_000 - nsec;
+                }
+                Timespec { sec, nsec }
+            }
+        }
+    }
+}
+
+/// The attributes of an inode, as `stat` reports them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileType,
+    /// Permission bits and set-id/sticky bits (`07777`).
+    pub perm: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// 512-byte blocks allocated.
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub rdev: u64,
+}
+
+impl Attr {
+    /// `st_mode`: file type bits and permission bits.
+    pub fn mode(&self) -> u32 {
+        self.kind.mode_bits() | self.perm
+    }
+}
+
+/// A time to set with [`SetAttr`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    At(Timespec),
+}
+
+/// The changes of a `setattr` (chmod, chown, truncate, utimens). Fields left
+/// `None` are unchanged. The filesystem updates ctime whenever it changes
+/// anything, and mtime on a size change.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub perm: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+/// One directory entry. `offset` is the cookie to pass to `readdir` to
+/// continue after this entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: Ino,
+    pub name: Vec<u8>,
+    pub kind: FileType,
+    pub offset: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatFs {
+    pub bsize: u32,
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub namelen: u32,
+}
+
+/// `renameat2` flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    /// `RENAME_NOREPLACE`: fail with EEXIST if the target exists.
+    pub noreplace: bool,
+    /// `RENAME_EXCHANGE`: swap the two names atomically; both must exist.
+    pub exchange: bool,
+}
+
+impl RenameFlags {
+    pub const NONE: RenameFlags = RenameFlags { noreplace: false, exchange: false };
+    pub const NOREPLACE: RenameFlags = RenameFlags { noreplace: true, exchange: false };
+    pub const EXCHANGE: RenameFlags = RenameFlags { noreplace: false, exchange: true };
+
+    /// From the `RENAME_*` bits of `renameat2`; EINVAL on unknown bits or on
+    /// NOREPLACE together with EXCHANGE.
+    pub fn from_bits(bits: u32) -> Result<RenameFlags> {
+        const NOREPLACE: u32 = 1;
+        const EXCHANGE: u32 = 2;
+        if bits & !(NOREPLACE | EXCHANGE) != 0 || bits == NOREPLACE | EXCHANGE {
+            return crate::error::fail(libc::EINVAL);
+        }
+        Ok(RenameFlags { noreplace: bits & NOREPLACE != 0, exchange: bits & EXCHANGE != 0 })
+    }
+}
+
+/// The owner of a new inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Where a write goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritePos {
+    At(u64),
+    /// At the end of the file, atomically with respect to other appenders.
+    Append,
+}
+
+/// A filesystem under the VFS. All methods may be called from many threads
+/// at once. Names are single components: never empty, never "." or "..",
+/// never containing '/' or NUL, at most 255 bytes (the VFS checks).
+pub trait FileSystem: Send + Sync + 'static {
+    /// The root directory's inode. It holds one implicit lookup reference.
+    fn root(&self) -> Ino;
+
+    /// Finds `name` in directory `parent`: ENOENT if absent, ENOTDIR if
+    /// `parent` is not a directory. Counts one lookup reference.
+    fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr>;
+
+    /// Returns `nlookup` lookup references on `ino`.
+    fn forget(&self, ino: Ino, nlookup: u64);
+
+    fn getattr(&self, ino: Ino) -> Result<Attr>;
+    fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr>;
+
+    /// Creates a regular file; EEXIST if the name exists. Counts a lookup.
+    fn create(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr>;
+    fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr>;
+    fn mknod(&self, parent: Ino, name: &[u8], kind: FileType, perm: u32, rdev: u64, owner: Owner) -> Result<Attr>;
+    fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr>;
+    /// A new name for `ino` (not a directory: EPERM). Counts a lookup.
+    fn link(&self, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr>;
+
+    /// Removes a non-directory name: EISDIR for a directory.
+    fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()>;
+    /// Removes an empty directory: ENOTDIR, ENOTEMPTY.
+    fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()>;
+    /// `renameat2`. Replacing a directory needs an empty directory, and a
+    /// directory and a non-directory never replace each other (EISDIR,
+    /// ENOTDIR). Renaming a name onto another name of the same inode does
+    /// nothing and succeeds.
+    fn rename(&self, parent: Ino, name: &[u8], new_parent: Ino, new_name: &[u8], flags: RenameFlags) -> Result<()>;
+
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>>;
+    /// Entries after cookie `offset` (0 starts at the beginning), without
+    /// "." and "..". An entry present for the whole listing is returned once.
+    fn readdir(&self, ino: Ino, offset: u64) -> Result<Vec<DirEntry>>;
+
+    /// Reads at `offset`; returns 0 at or past the end.
+    fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize>;
+    /// Writes `data`; returns the offset it was written at.
+    fn write(&self, ino: Ino, pos: WritePos, data: &[u8]) -> Result<u64>;
+    fn fsync(&self, _ino: Ino) -> Result<()> {
+        Ok(())
+    }
+
+    fn statfs(&self) -> Result<StatFs>;
+
+    /// Says whether the cached entry `name -> ino` in `parent` is still true.
+    /// Filesystems whose truth lives elsewhere (passthrough, remote) check
+    /// it; the default, for filesystems that change only through the VFS, is
+    /// yes. `Ok(false)` makes the VFS drop the entry and look it up again.
+    fn revalidate(&self, _parent: Ino, _name: &[u8], _ino: Ino) -> Result<bool> {
+        Ok(true)
+    }
+}

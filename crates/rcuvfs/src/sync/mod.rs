@@ -1,0 +1,24 @@
+//! Synchronization primitives of rcuvfs, written by hand because they are the
+//! product: the lock-free techniques the seeds describe.
+//!
+//! - [`atomic`]: the one facade for atomics, cells, spinning and parking. Every
+//!   primitive below uses it, so that under `--cfg loom` each runs on loom's
+//!   model checker unchanged (the pattern of tokio's `loom` module).
+//! - [`mutex`]: a word-sized lock that spins briefly, then parks.
+//! - [`lockref`]: a reference count and a lock in one 64-bit word
+//!   (Linux `lib/lockref.c`, seed 000).
+//! - [`seqcount`]: sequence counts and sequence locks whose readers fall back
+//!   to the lock instead of spinning on a preempted writer.
+//! - [`rcu`]: the RCU facade (read_lock, call_rcu, synchronize) over the
+//!   `seize` reclamation crate, with a loom-visible stand-in.
+
+pub mod atomic;
+pub mod lockref;
+pub mod mutex;
+pub mod rcu;
+pub mod seqcount;
+
+pub use lockref::{Lockref, LockrefGuard};
+pub use mutex::{Mutex, MutexGuard, RawMutex};
+pub use rcu::{Rcu, RcuGuard};
+pub use seqcount::{SeqCount, SeqLock};

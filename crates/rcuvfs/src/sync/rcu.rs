@@ -1,0 +1,213 @@
+//! The RCU facade: `read_lock`, `call_rcu` and `synchronize`, over one
+//! reclamation crate.
+//!
+//! Outside loom this wraps a [`seize::Collector`]. Entering a read section
+//! is a store to the calling thread's own reservation slot (and, where the
+//! kernel offers `membarrier`, no fence at all), so a reader writes nothing
+//! that another reader touches: the property the default mode needs.
+//! Retired objects go into per-thread batches; a batch is freed once every
+//! thread that was inside a read section when it was retired has left it.
+//! That is exactly a grace period, whether or not the reader ever loaded the
+//! retired pointer.
+//!
+//! `synchronize` is built on top: it retires a sentinel whose callback sets a
+//! flag, and pads the batch so that it is pushed out (a seize batch needs at
+//! least as many entries as there are active threads), until the flag is
+//! set. It must not be called from inside a read section of the same `Rcu`:
+//! it would wait for itself.
+//!
+//! Under `--cfg loom` a stand-in keeps every retired object until the `Rcu`
+//! is dropped: trivially safe (nothing is freed while anything may read it),
+//! and it lets loom models check the protocols above the facade.
+
+#[cfg(not(loom))]
+use seize::{Collector, Guard as _};
+
+/// One RCU domain. rcuvfs has one per `Vfs`, so that tests in parallel do
+/// not wait on each other's readers and teardown frees everything at once.
+pub struct Rcu {
+    #[cfg(not(loom))]
+    collector: Collector,
+    #[cfg(loom)]
+    deferred: loom::sync::Mutex<Vec<Callback>>,
+}
+
+type Callback = Box<dyn FnOnce() + Send>;
+
+/// A read-side critical section. Everything reached through RCU-protected
+/// pointers while it lives stays allocated. Not `Send`: it marks this thread.
+pub struct RcuGuard<'a> {
+    #[cfg(not(loom))]
+    _guard: seize::LocalGuard<'a>,
+    #[cfg(loom)]
+    _rcu: core::marker::PhantomData<(&'a Rcu, *const ())>,
+}
+
+impl Default for Rcu {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Rcu {
+    pub fn new() -> Self {
+        Self {
+            #[cfg(not(loom))]
+            collector: Collector::new(),
+            #[cfg(loom)]
+            deferred: loom::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Enters a read-side critical section (`rcu_read_lock`). Reentrant.
+    #[inline]
+    pub fn read_lock(&self) -> RcuGuard<'_> {
+        RcuGuard {
+            #[cfg(not(loom))]
+            _guard: self.collector.enter(),
+            #[cfg(loom)]
+            _rcu: core::marker::PhantomData,
+        }
+    }
+
+    /// Runs `f` after a grace period: once every read section in progress
+    /// now has ended (`call_rcu`). The caller must already have made the
+    /// object `f` frees unreachable for new readers.
+    pub fn call_rcu(&self, f: impl FnOnce() + Send + 'static) {
+        let cb: *mut Callback = Box::into_raw(Box::new(Box::new(f)));
+        #[cfg(not(loom))]
+        {
+            unsafe fn run(cb: *mut Callback, _: &Collector) {
+                // SAFETY: `cb` came from `Box::into_raw` in `call_rcu` and
+                // seize calls each reclaimer exactly once.
+                let cb = unsafe { Box::from_raw(cb) };
+                cb();
+            }
+            // SAFETY: `cb` is a fresh allocation no other thread can reach,
+            // and `run` is its matching reclaimer.
+            unsafe { self.collector.retire(cb, run) };
+        }
+        #[cfg(loom)]
+        {
+            // SAFETY: `cb` came from `Box::into_raw` just above.
+            let cb = unsafe { Box::from_raw(cb) };
+            self.deferred.lock().unwrap().push(*cb);
+        }
+    }
+
+    /// Frees `ptr` (allocated by `Box`) after a grace period.
+    ///
+    /// # Safety
+    /// `ptr` came from `Box::into_raw`, is retired once, and is no longer
+    /// reachable by readers that enter after this call.
+    pub unsafe fn retire_box<T: Send + 'static>(&self, ptr: *mut T) {
+        struct SendPtr<T>(*mut T);
+        // SAFETY: the pointee is `Send`, and the pointer is used once, by the
+        // callback, after every reader is gone.
+        unsafe impl<T: Send> Send for SendPtr<T> {}
+        let p = SendPtr(ptr);
+        self.call_rcu(move || {
+            let p = p;
+            // SAFETY: the caller's contract: a Box pointer retired once.
+            drop(unsafe { Box::from_raw(p.0) });
+        });
+    }
+
+    /// Waits until every read section that was in progress when it was
+    /// called has ended, and the callbacks queued before it by this thread
+    /// have run (`synchronize_rcu` plus `rcu_barrier` for this thread).
+    pub fn synchronize(&self) {
+        #[cfg(not(loom))]
+        {
+            use std::sync::atomic::{AtomicBool, Ordering};
+            use std::sync::Arc;
+            let done = Arc::new(AtomicBool::new(false));
+            let flag = done.clone();
+            // Release/Acquire: the callback runs after the reclamation of
+            // everything queued before it on this thread's batch.
+            self.call_rcu(move || flag.store(true, Ordering::Release));
+            let mut backoff = 1u64;
+            while !done.load(Ordering::Acquire) {
+                // Padding: one no-op entry per possible active thread, so the
+                // batch is full enough to be pushed to every reservation.
+                let pad = std::thread::available_parallelism().map_or(8, |n| n.get()).max(64);
+                for _ in 0..pad {
+                    self.call_rcu(|| {});
+                }
+                self.collector.enter().flush();
+                if done.load(Ordering::Acquire) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(backoff));
+                backoff = (backoff * 2).min(1000);
+            }
+        }
+    }
+}
+
+#[cfg(loom)]
+impl Drop for Rcu {
+    fn drop(&mut self) {
+        for cb in self.deferred.lock().unwrap().drain(..) {
+            cb();
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn call_rcu_waits_for_a_reader_in_progress() {
+        let rcu = Arc::new(Rcu::new());
+        let freed = Arc::new(AtomicBool::new(false));
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+        let reader = {
+            let rcu = rcu.clone();
+            let freed = freed.clone();
+            std::thread::spawn(move || {
+                let _g = rcu.read_lock();
+                entered_tx.send(()).unwrap();
+                leave_rx.recv().unwrap();
+                // Still inside the read section: nothing retired since may be gone.
+                assert!(!freed.load(Ordering::SeqCst));
+            })
+        };
+        entered_rx.recv().unwrap();
+        let f = freed.clone();
+        rcu.call_rcu(move || f.store(true, Ordering::SeqCst));
+        // Push the batch out while the reader is still inside.
+        for _ in 0..128 {
+            rcu.call_rcu(|| {});
+        }
+        assert!(!freed.load(Ordering::SeqCst));
+        leave_tx.send(()).unwrap();
+        reader.join().unwrap();
+        rcu.synchronize();
+        assert!(freed.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn synchronize_runs_earlier_callbacks_and_drop_runs_the_rest() {
+        let n = Arc::new(AtomicUsize::new(0));
+        let rcu = Rcu::new();
+        for _ in 0..10 {
+            let n = n.clone();
+            rcu.call_rcu(move || {
+                n.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        rcu.synchronize();
+        assert_eq!(n.load(Ordering::SeqCst), 10);
+        let n2 = n.clone();
+        rcu.call_rcu(move || {
+            n2.fetch_add(1, Ordering::SeqCst);
+        });
+        drop(rcu);
+        assert_eq!(n.load(Ordering::SeqCst), 11);
+    }
+}
