@@ -1,0 +1,231 @@
+//! Open files: [`File`] (Read, Write, Seek, positional I/O) and
+//! [`OpenOptions`].
+//!
+//! A `File` holds a reference on its in-core inode, so an unlinked file that
+//! is still open keeps its data until its last handle closes. File data goes
+//! straight to the filesystem: no namespace lock is taken.
+
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::sync::Arc;
+
+use crate::error::{fail, Result, EBADF, EINVAL, EISDIR};
+use crate::fs::{FileType, Ino, SetAttr, WritePos};
+use crate::vfs::{Metadata, Shared};
+
+/// How to open a file, as `std::fs::OpenOptions` (plus `mode` and
+/// `nofollow`).
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    pub(crate) read: bool,
+    pub(crate) write: bool,
+    pub(crate) append: bool,
+    pub(crate) truncate: bool,
+    pub(crate) create: bool,
+    pub(crate) create_new: bool,
+    pub(crate) nofollow: bool,
+    pub(crate) mode: u32,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpenOptions {
+    pub fn new() -> OpenOptions {
+        OpenOptions {
+            read: false,
+            write: false,
+            append: false,
+            truncate: false,
+            create: false,
+            create_new: false,
+            nofollow: false,
+            mode: 0o666,
+        }
+    }
+    pub fn read(&mut self, v: bool) -> &mut Self {
+        self.read = v;
+        self
+    }
+    pub fn write(&mut self, v: bool) -> &mut Self {
+        self.write = v;
+        self
+    }
+    /// Every write goes to the end, atomically with respect to other
+    /// appenders. Implies write.
+    pub fn append(&mut self, v: bool) -> &mut Self {
+        self.append = v;
+        self
+    }
+    pub fn truncate(&mut self, v: bool) -> &mut Self {
+        self.truncate = v;
+        self
+    }
+    pub fn create(&mut self, v: bool) -> &mut Self {
+        self.create = v;
+        self
+    }
+    /// Create, failing with EEXIST if the name exists (`O_CREAT|O_EXCL`);
+    /// a symlink in the last component is not followed.
+    pub fn create_new(&mut self, v: bool) -> &mut Self {
+        self.create_new = v;
+        self
+    }
+    /// Fail with ELOOP if the last component is a symlink (`O_NOFOLLOW`).
+    pub fn no_follow(&mut self, v: bool) -> &mut Self {
+        self.nofollow = v;
+        self
+    }
+    /// Permission bits for a created file (less the view's umask).
+    pub fn mode(&mut self, mode: u32) -> &mut Self {
+        self.mode = mode;
+        self
+    }
+
+    pub(crate) fn writes(&self) -> bool {
+        self.write || self.append
+    }
+
+    pub(crate) fn create_any(&self) -> bool {
+        self.create || self.create_new
+    }
+
+    /// The combinations `std` rejects with EINVAL.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if !self.read && !self.writes() {
+            return fail(EINVAL);
+        }
+        if (self.truncate || self.create_any()) && !self.writes() {
+            return fail(EINVAL);
+        }
+        if self.truncate && self.append {
+            return fail(EINVAL);
+        }
+        Ok(())
+    }
+}
+
+/// An open file.
+pub struct File {
+    shared: Arc<Shared>,
+    ino: Ino,
+    kind: FileType,
+    readable: bool,
+    writable: bool,
+    append: bool,
+    pos: u64,
+}
+
+impl File {
+    pub(crate) fn new(shared: Arc<Shared>, ino: Ino, kind: FileType, opts: &OpenOptions) -> File {
+        File { shared, ino, kind, readable: opts.read, writable: opts.writes(), append: opts.append, pos: 0 }
+    }
+
+    pub fn ino(&self) -> Ino {
+        self.ino
+    }
+
+    /// `pread`.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        if !self.readable {
+            return fail(EBADF);
+        }
+        if self.kind == FileType::Dir {
+            return fail(EISDIR);
+        }
+        self.shared.fs.read(self.ino, offset, buf)
+    }
+
+    /// `pwrite`. (Unlike Linux, an append-mode file writes at `offset`.)
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        if !self.writable {
+            return fail(EBADF);
+        }
+        self.shared.fs.write(self.ino, WritePos::At(offset), buf)?;
+        Ok(buf.len())
+    }
+
+    /// `ftruncate`: EINVAL unless open for writing.
+    pub fn set_len(&self, size: u64) -> Result<()> {
+        if !self.writable {
+            return fail(EINVAL);
+        }
+        self.shared.fs.setattr(self.ino, &SetAttr { size: Some(size), ..SetAttr::default() })?;
+        Ok(())
+    }
+
+    /// `fstat`.
+    pub fn metadata(&self) -> Result<Metadata> {
+        Ok(Metadata(self.shared.fs.getattr(self.ino)?))
+    }
+
+    /// `fsync`.
+    pub fn sync_all(&self) -> Result<()> {
+        self.shared.fs.fsync(self.ino)
+    }
+
+    /// Writes `buf` at the end of the file, atomically with respect to
+    /// other appenders; returns the offset it landed at.
+    pub fn append_at_end(&self, buf: &[u8]) -> Result<u64> {
+        if !self.writable {
+            return fail(EBADF);
+        }
+        self.shared.fs.write(self.ino, WritePos::Append, buf)
+    }
+}
+
+impl Read for File {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Write for File {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.append {
+            let at = self.append_at_end(buf)?;
+            self.pos = at + buf.len() as u64;
+        } else {
+            self.write_at(buf, self.pos)?;
+            self.pos += buf.len() as u64;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for File {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        let new = match pos {
+            SeekFrom::Start(o) => Some(o),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            SeekFrom::End(d) => self.metadata()?.len().checked_add_signed(d),
+        };
+        match new {
+            Some(p) if p <= i64::MAX as u64 => {
+                self.pos = p;
+                Ok(p)
+            }
+            _ => fail(EINVAL),
+        }
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        self.shared.lock().iput(self.ino);
+    }
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File").field("ino", &self.ino).field("pos", &self.pos).finish()
+    }
+}

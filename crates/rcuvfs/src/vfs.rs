@@ -1,0 +1,1130 @@
+//! The public API: [`Vfs`] (path-level, named as in `std::fs`), [`Entry`]
+//! handles with `*_at` operations (like the *at() syscalls, for servers such
+//! as FUSE), credentials views, and metadata types.
+//!
+//! Every path operation is the handle-level operation relative to the view's
+//! working directory. A failed call changes nothing, except
+//! [`Vfs::create_dir_all`] and [`Vfs::remove_dir_all`], which, as in
+//! `std::fs`, may stop partway and leave what they already did.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::cred::{Cred, MAY_READ, MAY_WRITE};
+use crate::dcache::{Dcache, DentryId, LiveCounters, Ns};
+use crate::error::{errno_of, fail, Result, EACCES, EBUSY, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT, ENOTDIR, ENOTEMPTY, EPERM};
+use crate::file::{File, OpenOptions};
+use crate::fs::memfs::{AtimePolicy, MemFs, MemFsOptions};
+use crate::fs::{Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec};
+use crate::namei::{check_name, check_path, Last, Parent, Walk};
+
+pub(crate) struct Shared {
+    // Field order is drop order: the dcache returns its inodes before the
+    // filesystem goes.
+    pub dcache: Dcache,
+    pub fs: Arc<dyn FileSystem>,
+}
+
+impl Shared {
+    pub fn lock(&self) -> Ns<'_> {
+        self.dcache.lock(&*self.fs)
+    }
+}
+
+/// A view of a virtual filesystem: shared state, plus this view's
+/// credentials, working directory and umask. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Vfs {
+    shared: Arc<Shared>,
+    cred: Arc<Cred>,
+    cwd: Option<Entry>,
+    umask: u32,
+}
+
+/// Builds a [`Vfs`] with limits and options.
+#[derive(Clone)]
+pub struct VfsBuilder {
+    fs: Option<Arc<dyn FileSystem>>,
+    memfs: MemFsOptions,
+    umask: u32,
+}
+
+impl VfsBuilder {
+    /// memfs: bytes of data before ENOSPC.
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.memfs.max_bytes = bytes;
+        self
+    }
+
+    /// memfs: inodes (the root included) before ENOSPC.
+    pub fn max_inodes(mut self, inodes: u64) -> Self {
+        self.memfs.max_inodes = inodes;
+        self
+    }
+
+    /// memfs: when reads update atime (relatime by default).
+    pub fn atime(mut self, policy: AtimePolicy) -> Self {
+        self.memfs.atime = policy;
+        self
+    }
+
+    /// The umask of the root view (0o022 by default).
+    pub fn umask(mut self, umask: u32) -> Self {
+        self.umask = umask & 0o777;
+        self
+    }
+
+    /// Serves `fs` instead of a fresh memfs.
+    pub fn filesystem(mut self, fs: Arc<dyn FileSystem>) -> Self {
+        self.fs = Some(fs);
+        self
+    }
+
+    pub fn build(self) -> Result<Vfs> {
+        let fs = self.fs.unwrap_or_else(|| Arc::new(MemFs::new(self.memfs)));
+        let dcache = Dcache::new(&*fs)?;
+        Ok(Vfs { shared: Arc::new(Shared { dcache, fs }), cred: Arc::new(Cred::root()), cwd: None, umask: self.umask })
+    }
+}
+
+/// A handle on a cached name (a dentry reference), like an `O_PATH` file
+/// descriptor. It follows its name through renames; after the name is
+/// removed it still refers to the (unlinked) object. Released on drop.
+pub struct Entry {
+    shared: Arc<Shared>,
+    id: DentryId,
+    ino: Ino,
+    kind: FileType,
+}
+
+impl Entry {
+    fn new(shared: &Arc<Shared>, ns: &mut Ns, id: DentryId) -> Entry {
+        ns.dget(id);
+        let d = ns.d(id);
+        Entry { shared: shared.clone(), id, ino: d.ino.expect("positive"), kind: d.kind.expect("positive") }
+    }
+
+    pub fn ino(&self) -> Ino {
+        self.ino
+    }
+
+    pub fn file_type(&self) -> FileType {
+        self.kind
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind == FileType::Dir
+    }
+
+    /// The attributes of the object (`fstat`).
+    pub fn metadata(&self) -> Result<Metadata> {
+        Ok(Metadata(self.shared.fs.getattr(self.ino)?))
+    }
+
+    /// Releases the reference now (the same as dropping it).
+    pub fn forget(self) {}
+
+    fn check_same_vfs(&self, shared: &Arc<Shared>) -> Result<()> {
+        if Arc::ptr_eq(&self.shared, shared) {
+            Ok(())
+        } else {
+            fail(crate::error::EXDEV)
+        }
+    }
+}
+
+impl Clone for Entry {
+    fn clone(&self) -> Entry {
+        self.shared.lock().dget(self.id);
+        Entry { shared: self.shared.clone(), id: self.id, ino: self.ino, kind: self.kind }
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.shared.lock().dput(self.id);
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry").field("ino", &self.ino).field("kind", &self.kind).finish()
+    }
+}
+
+/// Permission bits, as `std::fs::Permissions` (which cannot be built here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Permissions(u32);
+
+impl Permissions {
+    pub fn from_mode(mode: u32) -> Permissions {
+        Permissions(mode & 0o7777)
+    }
+    pub fn mode(&self) -> u32 {
+        self.0
+    }
+    pub fn readonly(&self) -> bool {
+        self.0 & 0o222 == 0
+    }
+}
+
+/// The attributes of a file, as `std::fs::Metadata`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metadata(pub Attr);
+
+impl Metadata {
+    pub fn file_type(&self) -> FileType {
+        self.0.kind
+    }
+    pub fn is_dir(&self) -> bool {
+        self.0.kind == FileType::Dir
+    }
+    pub fn is_file(&self) -> bool {
+        self.0.kind == FileType::File
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.0.kind == FileType::Symlink
+    }
+    pub fn len(&self) -> u64 {
+        self.0.size
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.size == 0
+    }
+    pub fn permissions(&self) -> Permissions {
+        Permissions(self.0.perm)
+    }
+    /// `st_mode`: type and permission bits.
+    pub fn mode(&self) -> u32 {
+        self.0.mode()
+    }
+    pub fn ino(&self) -> Ino {
+        self.0.ino
+    }
+    pub fn nlink(&self) -> u32 {
+        self.0.nlink
+    }
+    pub fn uid(&self) -> u32 {
+        self.0.uid
+    }
+    pub fn gid(&self) -> u32 {
+        self.0.gid
+    }
+    pub fn blocks(&self) -> u64 {
+        self.0.blocks
+    }
+    pub fn rdev(&self) -> u64 {
+        self.0.rdev
+    }
+    pub fn modified(&self) -> Result<std::time::SystemTime> {
+        Ok(self.0.mtime.to_system_time())
+    }
+    pub fn accessed(&self) -> Result<std::time::SystemTime> {
+        Ok(self.0.atime.to_system_time())
+    }
+    /// The status-change time (ctime).
+    pub fn changed(&self) -> Timespec {
+        self.0.ctime
+    }
+    pub fn attr(&self) -> &Attr {
+        &self.0
+    }
+}
+
+/// One entry of a directory listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    dir: PathBuf,
+    name: Vec<u8>,
+    ino: Ino,
+    kind: FileType,
+}
+
+impl DirEntry {
+    pub fn file_name(&self) -> OsString {
+        OsString::from_vec(self.name.clone())
+    }
+    pub fn name_bytes(&self) -> &[u8] {
+        &self.name
+    }
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(OsStr::from_bytes(&self.name))
+    }
+    pub fn file_type(&self) -> Result<FileType> {
+        Ok(self.kind)
+    }
+    pub fn ino(&self) -> Ino {
+        self.ino
+    }
+}
+
+/// The iterator `read_dir` returns (the listing is read whole at the call).
+pub struct ReadDir(std::vec::IntoIter<DirEntry>);
+
+impl Iterator for ReadDir {
+    type Item = Result<DirEntry>;
+    fn next(&mut self) -> Option<Result<DirEntry>> {
+        self.0.next().map(Ok)
+    }
+}
+
+/// Live-object counts of one `Vfs`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Dentries cached, negative ones included.
+    pub dentries: i64,
+    pub negative_dentries: i64,
+    /// In-core inodes (held by dentries or open files).
+    pub inodes: i64,
+}
+
+fn bytes(p: &Path) -> &[u8] {
+    p.as_os_str().as_bytes()
+}
+
+/// Where a handle-level path starts: a directory handle, or the view's
+/// working directory.
+#[derive(Clone, Copy)]
+enum Start<'a> {
+    Cwd,
+    At(&'a Entry),
+}
+
+impl Default for Vfs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Vfs {
+    /// A `Vfs` over a fresh in-memory filesystem, seen as root.
+    pub fn new() -> Vfs {
+        Vfs::builder().build().expect("a fresh memfs has a root")
+    }
+
+    pub fn builder() -> VfsBuilder {
+        VfsBuilder { fs: None, memfs: MemFsOptions::default(), umask: 0o022 }
+    }
+
+    /// The same filesystem seen with other credentials (and the same
+    /// working directory and umask).
+    pub fn with_cred(&self, cred: Cred) -> Vfs {
+        Vfs { shared: self.shared.clone(), cred: Arc::new(cred), cwd: self.cwd.clone(), umask: self.umask }
+    }
+
+    pub fn cred(&self) -> &Cred {
+        &self.cred
+    }
+
+    pub fn umask(&self) -> u32 {
+        self.umask
+    }
+
+    pub fn set_umask(&mut self, umask: u32) {
+        self.umask = umask & 0o777;
+    }
+
+    /// Changes this view's working directory (`chdir`).
+    pub fn set_current_dir(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let e = self.entry(path)?;
+        if !e.is_dir() {
+            return fail(ENOTDIR);
+        }
+        {
+            let ns = self.shared.lock();
+            let w = Walk::new(&self.cred);
+            ns.may_exec(&w, e.id)?;
+        }
+        self.cwd = Some(e);
+        Ok(())
+    }
+
+    /// The filesystem under this Vfs.
+    pub fn filesystem(&self) -> &Arc<dyn FileSystem> {
+        &self.shared.fs
+    }
+
+    pub fn stats(&self) -> Stats {
+        let c = &self.shared.dcache.counters;
+        Stats { dentries: c.dentries(), negative_dentries: c.negative_dentries(), inodes: c.inodes() }
+    }
+
+    /// The counters, readable after the `Vfs` and all its handles are gone:
+    /// teardown brings them to zero.
+    pub fn live_counters(&self) -> Arc<LiveCounters> {
+        self.shared.dcache.counters.clone()
+    }
+
+    /// Drops every unused dentry (like `echo 2 > drop_caches`). The
+    /// filesystem keeps its truth; later lookups find it again.
+    pub fn drop_caches(&self) {
+        self.shared.lock().shrink_all();
+    }
+
+    /// `statfs`.
+    pub fn statfs(&self) -> Result<StatFs> {
+        self.shared.fs.statfs()
+    }
+
+    fn start(&self, ns: &Ns, start: Start) -> Result<DentryId> {
+        match start {
+            Start::Cwd => Ok(self.cwd.as_ref().map_or(ns.root(), |e| e.id)),
+            Start::At(e) => {
+                e.check_same_vfs(&self.shared)?;
+                Ok(e.id)
+            }
+        }
+    }
+
+    fn entry_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Entry> {
+        check_path(path)?;
+        let mut ns = self.shared.lock();
+        let s = self.start(&ns, start)?;
+        let mut w = Walk::new(&self.cred);
+        let id = ns.walk(&mut w, s, path, follow)?;
+        Ok(Entry::new(&self.shared, &mut ns, id))
+    }
+
+    // ---- handles ----
+
+    /// The root directory's handle.
+    pub fn root_entry(&self) -> Entry {
+        let mut ns = self.shared.lock();
+        let root = ns.root();
+        Entry::new(&self.shared, &mut ns, root)
+    }
+
+    /// A handle on `path`, following a final symlink.
+    pub fn entry(&self, path: impl AsRef<Path>) -> Result<Entry> {
+        self.entry_from(Start::Cwd, bytes(path.as_ref()), true)
+    }
+
+    /// A handle on `path` itself, not following a final symlink.
+    pub fn entry_nofollow(&self, path: impl AsRef<Path>) -> Result<Entry> {
+        self.entry_from(Start::Cwd, bytes(path.as_ref()), false)
+    }
+
+    /// A handle on `path` relative to directory `dir`.
+    pub fn entry_at(&self, dir: &Entry, path: impl AsRef<Path>, follow: bool) -> Result<Entry> {
+        self.entry_from(Start::At(dir), bytes(path.as_ref()), follow)
+    }
+
+    /// Looks up one name in directory `dir` (FUSE's lookup): no symlink is
+    /// followed; "." and ".." work.
+    pub fn lookup_at(&self, dir: &Entry, name: impl AsRef<OsStr>) -> Result<Entry> {
+        let name = name.as_ref().as_bytes();
+        if name != b"." && name != b".." {
+            check_name(name)?;
+        }
+        self.entry_from(Start::At(dir), name, false)
+    }
+
+    // ---- attributes ----
+
+    /// `stat`, following symlinks.
+    pub fn metadata(&self, path: impl AsRef<Path>) -> Result<Metadata> {
+        self.metadata_from(Start::Cwd, bytes(path.as_ref()), true)
+    }
+
+    /// `lstat`.
+    pub fn symlink_metadata(&self, path: impl AsRef<Path>) -> Result<Metadata> {
+        self.metadata_from(Start::Cwd, bytes(path.as_ref()), false)
+    }
+
+    /// `fstatat`.
+    pub fn metadata_at(&self, dir: &Entry, path: impl AsRef<Path>, follow: bool) -> Result<Metadata> {
+        self.metadata_from(Start::At(dir), bytes(path.as_ref()), follow)
+    }
+
+    fn metadata_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Metadata> {
+        check_path(path)?;
+        let mut ns = self.shared.lock();
+        let s = self.start(&ns, start)?;
+        let mut w = Walk::new(&self.cred);
+        let id = ns.walk(&mut w, s, path, follow)?;
+        Ok(Metadata(ns.attr(id)?))
+    }
+
+    /// Does `path` exist (following symlinks)? Errors other than ENOENT
+    /// and ENOTDIR are returned.
+    pub fn try_exists(&self, path: impl AsRef<Path>) -> Result<bool> {
+        match self.metadata(path) {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(errno_of(&e), ENOENT | ENOTDIR) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `chmod`.
+    pub fn set_permissions(&self, path: impl AsRef<Path>, perm: Permissions) -> Result<()> {
+        let set = SetAttr { perm: Some(perm.mode()), ..SetAttr::default() };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
+    }
+
+    /// `chown` (following symlinks); `None` leaves that id unchanged.
+    pub fn chown(&self, path: impl AsRef<Path>, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        let set = SetAttr { uid, gid, ..SetAttr::default() };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
+    }
+
+    /// `lchown`.
+    pub fn lchown(&self, path: impl AsRef<Path>, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        let set = SetAttr { uid, gid, ..SetAttr::default() };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), false, &set).map(drop)
+    }
+
+    /// `utimensat`: `None` leaves a time unchanged.
+    pub fn set_times(&self, path: impl AsRef<Path>, atime: Option<SetTime>, mtime: Option<SetTime>) -> Result<()> {
+        let set = SetAttr { atime, mtime, ..SetAttr::default() };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
+    }
+
+    /// `truncate`.
+    pub fn truncate(&self, path: impl AsRef<Path>, size: u64) -> Result<()> {
+        let set = SetAttr { size: Some(size), ..SetAttr::default() };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
+    }
+
+    /// Changes the attributes of the object behind `entry` with every POSIX
+    /// check (FUSE's setattr): chmod and chown rules, utimens rules, and
+    /// write permission for a size change.
+    pub fn set_attr(&self, entry: &Entry, set: &SetAttr) -> Result<Metadata> {
+        entry.check_same_vfs(&self.shared)?;
+        let _ns = self.shared.lock();
+        self.setattr_checked(entry.ino, set).map(Metadata)
+    }
+
+    fn setattr_from(&self, start: Start, path: &[u8], follow: bool, set: &SetAttr) -> Result<Attr> {
+        check_path(path)?;
+        let mut ns = self.shared.lock();
+        let s = self.start(&ns, start)?;
+        let mut w = Walk::new(&self.cred);
+        let id = ns.walk(&mut w, s, path, follow)?;
+        let ino = ns.d(id).ino.expect("positive");
+        self.setattr_checked(ino, set)
+    }
+
+    /// `notify_change` with `setattr_prepare`'s checks. Called with the
+    /// namespace lock held (so attributes do not change under the checks).
+    fn setattr_checked(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
+        let fs = &*self.shared.fs;
+        let cred = &*self.cred;
+        let attr = fs.getattr(ino)?;
+        let mut set = set.clone();
+        if set.size.is_some() {
+            if attr.kind == FileType::Dir {
+                return fail(EISDIR);
+            }
+            if attr.kind != FileType::File {
+                return fail(EINVAL);
+            }
+            if !cred.may(&attr, MAY_WRITE) {
+                return fail(EACCES);
+            }
+        }
+        if let Some(uid) = set.uid {
+            if !cred.is_root() && (uid != attr.uid || cred.uid != attr.uid) {
+                return fail(EPERM);
+            }
+        }
+        if let Some(gid) = set.gid {
+            if !cred.is_root() && (cred.uid != attr.uid || !cred.in_group(gid)) {
+                return fail(EPERM);
+            }
+        }
+        if let Some(mut perm) = set.perm {
+            if !cred.owns(&attr) {
+                return fail(EPERM);
+            }
+            let gid = set.gid.unwrap_or(attr.gid);
+            if !cred.is_root() && !cred.in_group(gid) {
+                perm &= !libc::S_ISGID;
+            }
+            set.perm = Some(perm);
+        }
+        match (set.atime, set.mtime) {
+            (None, None) => {}
+            (a, m) if a.unwrap_or(SetTime::Now) == SetTime::Now && m.unwrap_or(SetTime::Now) == SetTime::Now => {
+                if !cred.owns(&attr) && !cred.may(&attr, MAY_WRITE) {
+                    return fail(EACCES);
+                }
+            }
+            _ => {
+                if !cred.owns(&attr) {
+                    return fail(EPERM);
+                }
+            }
+        }
+        if (set.uid.is_some() || set.gid.is_some()) && attr.kind != FileType::Dir && set.perm.is_none() {
+            // chown clears set-user-id, and set-group-id when group-executable.
+            let mut perm = attr.perm & !libc::S_ISUID;
+            if perm & 0o010 != 0 {
+                perm &= !libc::S_ISGID;
+            }
+            if perm != attr.perm {
+                set.perm = Some(perm);
+            }
+        }
+        fs.setattr(ino, &set)
+    }
+
+    // ---- creating names ----
+
+    /// The owner and permission bits of a new inode in `dir` (BSD group
+    /// semantics under a set-group-id directory).
+    fn new_owner(&self, dir_attr: &Attr, kind: FileType, perm: u32) -> (Owner, u32) {
+        let cred = &*self.cred;
+        if dir_attr.perm & libc::S_ISGID != 0 {
+            let perm = if kind == FileType::Dir { perm | libc::S_ISGID } else { perm };
+            (Owner { uid: cred.uid, gid: dir_attr.gid }, perm)
+        } else {
+            (Owner { uid: cred.uid, gid: cred.gid }, perm)
+        }
+    }
+
+    /// Write and search permission on a directory (`may_create`).
+    fn may_create(&self, ns: &Ns, dir: DentryId) -> Result<Attr> {
+        let a = ns.attr(dir)?;
+        if !self.cred.may(&a, MAY_WRITE | crate::cred::MAY_EXEC) {
+            return fail(EACCES);
+        }
+        Ok(a)
+    }
+
+    /// The common path of mkdir, mknod, symlink: the name must not exist.
+    fn create_node(
+        &self,
+        start: Start,
+        path: &[u8],
+        kind: FileType,
+        make: impl FnOnce(&dyn FileSystem, Ino, &[u8], Owner, u32) -> Result<Attr>,
+        perm: u32,
+    ) -> Result<()> {
+        check_path(path)?;
+        let mut ns = self.shared.lock();
+        let s = self.start(&ns, start)?;
+        let mut w = Walk::new(&self.cred);
+        let p = ns.walk_parent(&mut w, s, path)?;
+        let Last::Normal(name) = p.last else { return fail(EEXIST) };
+        let existing = ns.d_lookup(p.dir, name)?;
+        if ns.d(existing).ino.is_some() {
+            return fail(EEXIST);
+        }
+        if p.trailing && kind != FileType::Dir {
+            return fail(ENOENT);
+        }
+        let dir_attr = self.may_create(&ns, p.dir)?;
+        let (owner, perm) = self.new_owner(&dir_attr, kind, perm);
+        let attr = make(ns.fs, dir_attr.ino, name, owner, perm)?;
+        ns.d_instantiate(p.dir, name, &attr);
+        Ok(())
+    }
+
+    /// `mkdir` with mode 0o777 less the umask.
+    pub fn create_dir(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.create_dir_mode(path, 0o777)
+    }
+
+    /// `mkdir` with `mode` (less the umask).
+    pub fn create_dir_mode(&self, path: impl AsRef<Path>, mode: u32) -> Result<()> {
+        self.mkdir_from(Start::Cwd, bytes(path.as_ref()), mode)
+    }
+
+    /// `mkdirat`.
+    pub fn create_dir_at(&self, dir: &Entry, path: impl AsRef<Path>, mode: u32) -> Result<()> {
+        self.mkdir_from(Start::At(dir), bytes(path.as_ref()), mode)
+    }
+
+    fn mkdir_from(&self, start: Start, path: &[u8], mode: u32) -> Result<()> {
+        let perm = mode & 0o7777 & !self.umask;
+        self.create_node(start, path, FileType::Dir, |fs, dir, name, owner, perm| fs.mkdir(dir, name, perm, owner), perm)
+    }
+
+    /// Creates `path` and every missing ancestor. May stop partway, leaving
+    /// the directories it made (as `std::fs::create_dir_all`).
+    pub fn create_dir_all(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        if path.as_os_str().is_empty() {
+            return Ok(());
+        }
+        match self.create_dir(path) {
+            Ok(()) => return Ok(()),
+            Err(e) if errno_of(&e) == ENOENT => {}
+            Err(e) => {
+                return if self.metadata(path).map(|m| m.is_dir()).unwrap_or(false) { Ok(()) } else { Err(e) };
+            }
+        }
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => self.create_dir_all(p)?,
+            _ => return fail(ENOENT),
+        }
+        match self.create_dir(path) {
+            Ok(()) => Ok(()),
+            Err(_) if self.metadata(path).map(|m| m.is_dir()).unwrap_or(false) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `mknodat` for a regular file, FIFO, socket or device (devices need
+    /// root: EPERM).
+    pub fn mknod_at(&self, dir: &Entry, path: impl AsRef<Path>, kind: FileType, mode: u32, rdev: u64) -> Result<()> {
+        if matches!(kind, FileType::Dir | FileType::Symlink) {
+            return fail(EINVAL);
+        }
+        if matches!(kind, FileType::CharDevice | FileType::BlockDevice) && !self.cred.is_root() {
+            return fail(EPERM);
+        }
+        let perm = mode & 0o7777 & !self.umask;
+        self.create_node(
+            Start::At(dir),
+            bytes(path.as_ref()),
+            kind,
+            |fs, d, name, owner, perm| fs.mknod(d, name, kind, perm, rdev, owner),
+            perm,
+        )
+    }
+
+    /// `symlink(target, link)`: creates `link` pointing at `target`.
+    pub fn symlink(&self, target: impl AsRef<Path>, link: impl AsRef<Path>) -> Result<()> {
+        self.symlink_from(bytes(target.as_ref()), Start::Cwd, bytes(link.as_ref()))
+    }
+
+    /// `symlinkat`.
+    pub fn symlink_at(&self, target: impl AsRef<Path>, dir: &Entry, link: impl AsRef<Path>) -> Result<()> {
+        self.symlink_from(bytes(target.as_ref()), Start::At(dir), bytes(link.as_ref()))
+    }
+
+    fn symlink_from(&self, target: &[u8], start: Start, link: &[u8]) -> Result<()> {
+        check_path(target)?;
+        self.create_node(start, link, FileType::Symlink, |fs, d, name, owner, _| fs.symlink(d, name, target, owner), 0o777)
+    }
+
+    /// `link(src, dst)`: a new name for `src` (not followed if a symlink).
+    pub fn hard_link(&self, src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<()> {
+        self.link_from(Start::Cwd, bytes(src.as_ref()), Start::Cwd, bytes(dst.as_ref()))
+    }
+
+    /// `linkat`.
+    pub fn hard_link_at(&self, src_dir: &Entry, src: impl AsRef<Path>, dst_dir: &Entry, dst: impl AsRef<Path>) -> Result<()> {
+        self.link_from(Start::At(src_dir), bytes(src.as_ref()), Start::At(dst_dir), bytes(dst.as_ref()))
+    }
+
+    fn link_from(&self, src_start: Start, src: &[u8], dst_start: Start, dst: &[u8]) -> Result<()> {
+        check_path(src)?;
+        check_path(dst)?;
+        let mut ns = self.shared.lock();
+        let (s1, s2) = (self.start(&ns, src_start)?, self.start(&ns, dst_start)?);
+        let mut w = Walk::new(&self.cred);
+        let src_id = ns.walk(&mut w, s1, src, false)?;
+        let mut w = Walk::new(&self.cred);
+        let p = ns.walk_parent(&mut w, s2, dst)?;
+        let Last::Normal(name) = p.last else { return fail(EEXIST) };
+        let existing = ns.d_lookup(p.dir, name)?;
+        if ns.d(existing).ino.is_some() {
+            return fail(EEXIST);
+        }
+        if p.trailing {
+            return fail(ENOENT);
+        }
+        let dir_attr = self.may_create(&ns, p.dir)?;
+        if ns.is_dir(src_id) {
+            return fail(EPERM);
+        }
+        let ino = ns.d(src_id).ino.expect("positive");
+        let attr = ns.fs.link(ino, dir_attr.ino, name)?;
+        ns.d_instantiate(p.dir, name, &attr);
+        Ok(())
+    }
+
+    // ---- removing names ----
+
+    /// May `cred` remove the entry `victim` from `dir` (`may_delete`)?
+    fn may_delete(&self, ns: &Ns, dir: DentryId, victim: DentryId, want_dir: bool) -> Result<()> {
+        let dir_attr = ns.attr(dir)?;
+        if !self.cred.may(&dir_attr, MAY_WRITE | crate::cred::MAY_EXEC) {
+            return fail(EACCES);
+        }
+        let victim_attr = ns.attr(victim)?;
+        if self.cred.sticky_blocks(&dir_attr, &victim_attr) {
+            return fail(EPERM);
+        }
+        match (want_dir, victim_attr.kind == FileType::Dir) {
+            (true, false) => fail(ENOTDIR),
+            (false, true) => fail(EISDIR),
+            _ => Ok(()),
+        }
+    }
+
+    /// `unlink`.
+    pub fn remove_file(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.unlink_from(Start::Cwd, bytes(path.as_ref()))
+    }
+
+    /// `unlinkat(dir, path, 0)`.
+    pub fn remove_file_at(&self, dir: &Entry, path: impl AsRef<Path>) -> Result<()> {
+        self.unlink_from(Start::At(dir), bytes(path.as_ref()))
+    }
+
+    fn unlink_from(&self, start: Start, path: &[u8]) -> Result<()> {
+        check_path(path)?;
+        let mut ns = self.shared.lock();
+        let s = self.start(&ns, start)?;
+        let mut w = Walk::new(&self.cred);
+        let p = ns.walk_parent(&mut w, s, path)?;
+        let Last::Normal(name) = p.last else { return fail(EISDIR) };
+        let victim = ns.lookup_positive(p.dir, name)?;
+        if p.trailing {
+            return fail(if ns.is_dir(victim) { EISDIR } else { ENOTDIR });
+        }
+        self.may_delete(&ns, p.dir, victim, false)?;
+        let pino = ns.d(p.dir).ino.expect("positive");
+        ns.fs.unlink(pino, name)?;
+        ns.d_delete(victim);
+        Ok(())
+    }
+
+    /// `rmdir`.
+    pub fn remove_dir(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.rmdir_from(Start::Cwd, bytes(path.as_ref()))
+    }
+
+    /// `unlinkat(dir, path, AT_REMOVEDIR)`.
+    pub fn remove_dir_at(&self, dir: &Entry, path: impl AsRef<Path>) -> Result<()> {
+        self.rmdir_from(Start::At(dir), bytes(path.as_ref()))
+    }
+
+    fn rmdir_from(&self, start: Start, path: &[u8]) -> Result<()> {
+        check_path(path)?;
+        let mut ns = self.shared.lock();
+        let s = self.start(&ns, start)?;
+        let mut w = Walk::new(&self.cred);
+        let p = ns.walk_parent(&mut w, s, path)?;
+        let name = match p.last {
+            Last::Normal(name) => name,
+            Last::Dot => return fail(EINVAL),
+            Last::DotDot => return fail(ENOTEMPTY),
+            Last::Root => return fail(EBUSY),
+        };
+        let victim = ns.lookup_positive(p.dir, name)?;
+        self.may_delete(&ns, p.dir, victim, true)?;
+        if ns.is_root(victim) {
+            return fail(EBUSY);
+        }
+        let pino = ns.d(p.dir).ino.expect("positive");
+        ns.fs.rmdir(pino, name)?;
+        ns.d_delete(victim);
+        Ok(())
+    }
+
+    /// Removes `path` and everything under it; does not follow symlinks.
+    /// May stop partway, leaving what it did not yet remove (as
+    /// `std::fs::remove_dir_all`).
+    pub fn remove_dir_all(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let m = self.symlink_metadata(path)?;
+        if !m.is_dir() {
+            return fail(ENOTDIR);
+        }
+        let dir = self.entry_nofollow(path)?;
+        self.remove_tree_at(&dir)?;
+        drop(dir);
+        self.remove_dir(path)
+    }
+
+    fn remove_tree_at(&self, dir: &Entry) -> Result<()> {
+        for e in self.read_dir_entries(Start::At(dir), b".")? {
+            let name = OsStr::from_bytes(&e.name);
+            if e.kind == FileType::Dir {
+                let sub = self.lookup_at(dir, name)?;
+                self.remove_tree_at(&sub)?;
+                drop(sub);
+                self.remove_dir_at(dir, name)?;
+            } else {
+                self.remove_file_at(dir, name)?;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- rename ----
+
+    /// `rename(from, to)`.
+    pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<()> {
+        self.rename_from(Start::Cwd, bytes(from.as_ref()), Start::Cwd, bytes(to.as_ref()), RenameFlags::NONE)
+    }
+
+    /// `renameat2(from, to, flags)` relative to the working directory.
+    pub fn rename_with(&self, from: impl AsRef<Path>, to: impl AsRef<Path>, flags: RenameFlags) -> Result<()> {
+        self.rename_from(Start::Cwd, bytes(from.as_ref()), Start::Cwd, bytes(to.as_ref()), flags)
+    }
+
+    /// `renameat2`.
+    pub fn rename_at(
+        &self,
+        from_dir: &Entry,
+        from: impl AsRef<Path>,
+        to_dir: &Entry,
+        to: impl AsRef<Path>,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.rename_from(Start::At(from_dir), bytes(from.as_ref()), Start::At(to_dir), bytes(to.as_ref()), flags)
+    }
+
+    fn rename_from(&self, s1: Start, from: &[u8], s2: Start, to: &[u8], flags: RenameFlags) -> Result<()> {
+        if flags.noreplace && flags.exchange {
+            return fail(EINVAL);
+        }
+        check_path(from)?;
+        check_path(to)?;
+        let mut ns = self.shared.lock();
+        let (s1, s2) = (self.start(&ns, s1)?, self.start(&ns, s2)?);
+        let mut w = Walk::new(&self.cred);
+        let op = ns.walk_parent(&mut w, s1, from)?;
+        let mut w = Walk::new(&self.cred);
+        let np = ns.walk_parent(&mut w, s2, to)?;
+        let Last::Normal(old_name) = op.last else { return fail(EBUSY) };
+        let Last::Normal(new_name) = np.last else {
+            return fail(if flags.noreplace { EEXIST } else { EBUSY });
+        };
+        let src = ns.lookup_positive(op.dir, old_name)?;
+        let dst = ns.d_lookup(np.dir, new_name)?;
+        let dst_pos = ns.d(dst).ino.is_some();
+        if flags.exchange && !dst_pos {
+            return fail(ENOENT);
+        }
+        if flags.noreplace && dst_pos {
+            return fail(EEXIST);
+        }
+        let src_dir = ns.is_dir(src);
+        if flags.exchange && !ns.is_dir(dst) && np.trailing {
+            return fail(ENOTDIR);
+        }
+        if !src_dir && (op.trailing || (np.trailing && !flags.exchange)) {
+            return fail(ENOTDIR);
+        }
+        if ns.is_ancestor(src, np.dir) {
+            return fail(EINVAL);
+        }
+        if dst_pos && ns.is_ancestor(dst, op.dir) {
+            return fail(if flags.exchange { EINVAL } else { ENOTEMPTY });
+        }
+        if dst_pos && ns.d(src).ino == ns.d(dst).ino {
+            return Ok(());
+        }
+        self.may_delete(&ns, op.dir, src, src_dir)?;
+        if dst_pos {
+            let dst_dir = ns.is_dir(dst);
+            self.may_delete(&ns, np.dir, dst, if flags.exchange { dst_dir } else { src_dir })?;
+        } else {
+            self.may_create(&ns, np.dir)?;
+        }
+        if op.dir != np.dir {
+            // Moving a directory rewrites its "..": write permission on it.
+            for (d, is_dir) in [(src, src_dir), (dst, flags.exchange && ns.is_dir(dst))] {
+                if is_dir && !self.cred.may(&ns.attr(d)?, MAY_WRITE) {
+                    return fail(EACCES);
+                }
+            }
+        }
+        if ns.is_root(src) || ns.is_root(dst) {
+            return fail(EBUSY);
+        }
+        let (opino, npino) = (ns.d(op.dir).ino.expect("positive"), ns.d(np.dir).ino.expect("positive"));
+        ns.fs.rename(opino, old_name, npino, new_name, flags)?;
+        ns.d_move(src, np.dir, new_name, Some(dst), flags.exchange);
+        Ok(())
+    }
+
+    // ---- reading names ----
+
+    /// `readlink`.
+    pub fn read_link(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
+        self.read_link_from(Start::Cwd, bytes(path.as_ref()))
+    }
+
+    /// `readlinkat`.
+    pub fn read_link_at(&self, dir: &Entry, path: impl AsRef<Path>) -> Result<PathBuf> {
+        self.read_link_from(Start::At(dir), bytes(path.as_ref()))
+    }
+
+    fn read_link_from(&self, start: Start, path: &[u8]) -> Result<PathBuf> {
+        check_path(path)?;
+        let mut ns = self.shared.lock();
+        let s = self.start(&ns, start)?;
+        let mut w = Walk::new(&self.cred);
+        let id = ns.walk(&mut w, s, path, false)?;
+        if ns.d(id).kind != Some(FileType::Symlink) {
+            return fail(EINVAL);
+        }
+        let t = ns.fs.readlink(ns.d(id).ino.expect("positive"))?;
+        Ok(PathBuf::from(OsString::from_vec(t)))
+    }
+
+    /// Lists a directory (without "." and ".."), in the filesystem's order.
+    pub fn read_dir(&self, path: impl AsRef<Path>) -> Result<ReadDir> {
+        let path = path.as_ref();
+        let entries = self.read_dir_entries(Start::Cwd, bytes(path))?;
+        Ok(ReadDir(
+            entries
+                .into_iter()
+                .map(|e| DirEntry { dir: path.to_path_buf(), name: e.name, ino: e.ino, kind: e.kind })
+                .collect::<Vec<_>>()
+                .into_iter(),
+        ))
+    }
+
+    /// Lists directory `dir` from cookie `offset` (FUSE's readdir).
+    pub fn read_dir_at(&self, dir: &Entry, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
+        dir.check_same_vfs(&self.shared)?;
+        let ns = self.shared.lock();
+        self.readdir_checked(&ns, dir.id, offset)
+    }
+
+    fn readdir_checked(&self, ns: &Ns, id: DentryId, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
+        if !ns.is_dir(id) {
+            return fail(ENOTDIR);
+        }
+        if !self.cred.may(&ns.attr(id)?, MAY_READ) {
+            return fail(EACCES);
+        }
+        ns.fs.readdir(ns.d(id).ino.expect("positive"), offset)
+    }
+
+    fn read_dir_entries(&self, start: Start, path: &[u8]) -> Result<Vec<crate::fs::DirEntry>> {
+        check_path(path)?;
+        let mut ns = self.shared.lock();
+        let s = self.start(&ns, start)?;
+        let mut w = Walk::new(&self.cred);
+        let id = ns.walk(&mut w, s, path, true)?;
+        let mut all = Vec::new();
+        let mut off = 0;
+        loop {
+            let batch = self.readdir_checked(&ns, id, off)?;
+            let Some(last) = batch.last() else { break };
+            off = last.offset;
+            all.extend(batch);
+        }
+        Ok(all)
+    }
+
+    // ---- files ----
+
+    /// Opens `path` with `opts` (`open(2)`).
+    pub fn open(&self, path: impl AsRef<Path>, opts: &OpenOptions) -> Result<File> {
+        self.open_from(Start::Cwd, bytes(path.as_ref()), opts)
+    }
+
+    /// `openat`.
+    pub fn open_at(&self, dir: &Entry, path: impl AsRef<Path>, opts: &OpenOptions) -> Result<File> {
+        self.open_from(Start::At(dir), bytes(path.as_ref()), opts)
+    }
+
+    /// Opens the object behind `entry` (FUSE's open): the permission checks
+    /// of `open`, without a path.
+    pub fn open_entry(&self, entry: &Entry, opts: &OpenOptions) -> Result<File> {
+        entry.check_same_vfs(&self.shared)?;
+        opts.validate()?;
+        let mut ns = self.shared.lock();
+        self.finish_open(&mut ns, entry.id, opts, false)
+    }
+
+    fn open_from(&self, start: Start, path: &[u8], opts: &OpenOptions) -> Result<File> {
+        opts.validate()?;
+        check_path(path)?;
+        let mut ns = self.shared.lock();
+        let s = self.start(&ns, start)?;
+        let mut w = Walk::new(&self.cred);
+        let (id, created) = self.open_walk(&mut ns, &mut w, s, path, opts)?;
+        self.finish_open(&mut ns, id, opts, created)
+    }
+
+    /// Finds or creates the file to open (`path_openat`'s walk).
+    fn open_walk(&self, ns: &mut Ns, w: &mut Walk, start: DentryId, path: &[u8], opts: &OpenOptions) -> Result<(DentryId, bool)> {
+        if !opts.create_any() {
+            let id = ns.walk(w, start, path, !opts.nofollow)?;
+            return Ok((id, false));
+        }
+        let p: Parent = ns.walk_parent(w, start, path)?;
+        let Last::Normal(name) = p.last else { return fail(EISDIR) };
+        if p.trailing {
+            return fail(EISDIR);
+        }
+        let existing = ns.d_lookup(p.dir, name)?;
+        if ns.d(existing).ino.is_some() {
+            if opts.create_new {
+                return fail(EEXIST);
+            }
+            if ns.d(existing).kind == Some(FileType::Symlink) {
+                if opts.nofollow {
+                    return fail(ELOOP);
+                }
+                let target = ns.link_target(w, existing)?;
+                return self.open_walk(ns, w, p.dir, &target, opts);
+            }
+            return Ok((existing, false));
+        }
+        let dir_attr = self.may_create(ns, p.dir)?;
+        let perm = opts.mode & 0o7777 & !self.umask;
+        let (owner, perm) = self.new_owner(&dir_attr, FileType::File, perm);
+        let attr = ns.fs.create(dir_attr.ino, name, perm, owner)?;
+        Ok((ns.d_instantiate(p.dir, name, &attr), true))
+    }
+
+    fn finish_open(&self, ns: &mut Ns, id: DentryId, opts: &OpenOptions, created: bool) -> Result<File> {
+        let attr = ns.attr(id)?;
+        if attr.kind == FileType::Symlink {
+            return fail(ELOOP); // only reachable with nofollow
+        }
+        let writes = opts.writes();
+        if attr.kind == FileType::Dir && (writes || opts.truncate) {
+            return fail(EISDIR);
+        }
+        if !created {
+            let mut mask = 0;
+            if opts.read {
+                mask |= MAY_READ;
+            }
+            if writes || opts.truncate {
+                mask |= MAY_WRITE;
+            }
+            if !self.cred.may(&attr, mask) {
+                return fail(EACCES);
+            }
+        }
+        if opts.truncate && attr.kind == FileType::File && !created {
+            ns.fs.setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
+        }
+        ns.iget(attr.ino);
+        Ok(File::new(self.shared.clone(), attr.ino, attr.kind, opts))
+    }
+
+    /// Reads a whole file.
+    pub fn read(&self, path: impl AsRef<Path>) -> Result<Vec<u8>> {
+        let mut f = self.open(path, OpenOptions::new().read(true))?;
+        let mut out = Vec::new();
+        f.read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    /// Reads a whole file as UTF-8.
+    pub fn read_to_string(&self, path: impl AsRef<Path>) -> Result<String> {
+        String::from_utf8(self.read(path)?).map_err(|_| crate::error::err(EINVAL))
+    }
+
+    /// Writes a whole file, creating or truncating it.
+    pub fn write(&self, path: impl AsRef<Path>, contents: impl AsRef<[u8]>) -> Result<()> {
+        let mut f = self.open(path, OpenOptions::new().write(true).create(true).truncate(true))?;
+        f.write_all(contents.as_ref())
+    }
+}
+
+// `Vfs` is shared between threads by design.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Vfs>();
+    assert_send_sync::<Entry>();
+    assert_send_sync::<File>();
+};
