@@ -535,7 +535,7 @@ impl FileSystem for MemFs {
             }
             lock(&src_dir).dir_mut()?.insert(name, dst, dst_kind);
             lock(&dst_dir).dir_mut()?.insert(new_name, src, src_kind);
-            if parent != new_parent && src_kind != dst_kind {
+            if parent != new_parent && (src_kind == FileType::Dir) != (dst_kind == FileType::Dir) {
                 let (gain, lose) = if src_kind == FileType::Dir { (&dst_dir, &src_dir) } else { (&src_dir, &dst_dir) };
                 lock(gain).nlink += 1;
                 lock(lose).nlink -= 1;
