@@ -1,0 +1,463 @@
+//! Edge cases of the public API: errnos, name rules, open flags, unlinked
+//! open files, limits, credentials, timestamps, handles and teardown.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+use common::errno;
+use rcuvfs::fs::memfs::{AtimePolicy, MemFs, MemFsOptions};
+use rcuvfs::fs::FileSystem;
+use rcuvfs::{Cred, FileType, OpenOptions, Permissions, RenameFlags, SetTime, Vfs};
+
+fn vfs() -> Vfs {
+    Vfs::new()
+}
+
+#[test]
+fn name_and_path_limits() {
+    let v = vfs();
+    let long = "x".repeat(256);
+    assert_eq!(errno(&v.create_dir(format!("/{long}"))), libc::ENAMETOOLONG);
+    assert_eq!(errno(&v.create_dir(format!("/{}", "x".repeat(255)))), 0);
+    let deep = "/a".repeat(2048);
+    assert_eq!(errno(&v.metadata(&deep)), libc::ENAMETOOLONG);
+    assert_eq!(errno(&v.metadata(OsStr::from_bytes(b"/a\0b"))), libc::EINVAL);
+    assert_eq!(errno(&v.metadata("")), libc::ENOENT);
+}
+
+#[test]
+fn non_utf8_names_work() {
+    let v = vfs();
+    let name = OsStr::from_bytes(b"/caf\xe9\xff");
+    v.write(name, b"bytes").unwrap();
+    assert_eq!(v.read(name).unwrap(), b"bytes");
+    let names: Vec<_> = v.read_dir("/").unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, vec![OsStr::from_bytes(b"caf\xe9\xff").to_owned()]);
+}
+
+#[test]
+fn symlink_loops_end_in_eloop() {
+    let v = vfs();
+    v.symlink("/loop2", "/loop1").unwrap();
+    v.symlink("/loop1", "/loop2").unwrap();
+    assert_eq!(errno(&v.metadata("/loop1")), libc::ELOOP);
+    // A chain of exactly 40 links resolves; 41 does not.
+    v.write("/target", b"t").unwrap();
+    v.symlink("/target", "/c0").unwrap();
+    for i in 1..41 {
+        v.symlink(format!("/c{}", i - 1), format!("/c{i}")).unwrap();
+    }
+    assert_eq!(errno(&v.metadata("/c39")), 0);
+    assert_eq!(errno(&v.metadata("/c40")), libc::ELOOP);
+    assert_eq!(v.symlink_metadata("/c40").unwrap().file_type(), FileType::Symlink);
+}
+
+#[test]
+fn relative_symlinks_resolve_from_their_directory() {
+    let v = vfs();
+    v.create_dir_all("/a/b").unwrap();
+    v.write("/a/f", b"f").unwrap();
+    v.symlink("../f", "/a/b/up").unwrap();
+    assert_eq!(v.read("/a/b/up").unwrap(), b"f");
+    v.symlink("b", "/a/lnk").unwrap();
+    assert_eq!(v.read("/a/lnk/up").unwrap(), b"f");
+    assert_eq!(v.read_link("/a/lnk").unwrap(), std::path::Path::new("b"));
+    assert_eq!(errno(&v.read_link("/a/f")), libc::EINVAL);
+}
+
+#[test]
+fn dot_and_dotdot_rules() {
+    let v = vfs();
+    v.create_dir("/d").unwrap();
+    assert_eq!(errno(&v.create_dir("/d/.")), libc::EEXIST);
+    assert_eq!(errno(&v.create_dir("/d/..")), libc::EEXIST);
+    assert_eq!(errno(&v.remove_dir("/d/.")), libc::EINVAL);
+    assert_eq!(errno(&v.remove_dir("/d/..")), libc::ENOTEMPTY);
+    assert_eq!(errno(&v.remove_dir("/")), libc::EBUSY);
+    assert_eq!(errno(&v.remove_file("/d/.")), libc::EISDIR);
+    assert_eq!(errno(&v.rename("/d/.", "/e")), libc::EBUSY);
+    assert_eq!(v.metadata("/..").unwrap().ino(), v.metadata("/").unwrap().ino());
+    assert_eq!(v.metadata("/d/../d/./").unwrap().ino(), v.metadata("/d").unwrap().ino());
+}
+
+#[test]
+fn trailing_slashes() {
+    let v = vfs();
+    v.write("/f", b"x").unwrap();
+    v.create_dir("/d/").unwrap();
+    assert_eq!(errno(&v.metadata("/f/")), libc::ENOTDIR);
+    assert_eq!(errno(&v.remove_file("/f/")), libc::ENOTDIR);
+    assert_eq!(errno(&v.remove_file("/d/")), libc::EISDIR);
+    assert_eq!(errno(&v.write("/g/", b"x")), libc::EISDIR);
+    assert_eq!(errno(&v.rename("/f/", "/h")), libc::ENOTDIR);
+    assert_eq!(errno(&v.rename("/f", "/h/")), libc::ENOTDIR);
+    v.rename("/d/", "/e/").unwrap();
+    v.remove_dir("/e/").unwrap();
+}
+
+#[test]
+fn rename_rules() {
+    let v = vfs();
+    v.create_dir_all("/a/b/c").unwrap();
+    assert_eq!(errno(&v.rename("/a", "/a/b/c/d")), libc::EINVAL);
+    assert_eq!(errno(&v.rename("/a/b/c", "/a")), libc::ENOTEMPTY);
+    v.write("/f", b"1").unwrap();
+    v.write("/g", b"2").unwrap();
+    assert_eq!(errno(&v.rename("/f", "/a")), libc::EISDIR);
+    assert_eq!(errno(&v.rename("/a", "/f")), libc::ENOTDIR);
+    assert_eq!(errno(&v.rename_with("/f", "/g", RenameFlags::NOREPLACE)), libc::EEXIST);
+    v.rename_with("/f", "/g", RenameFlags::EXCHANGE).unwrap();
+    assert_eq!(v.read("/f").unwrap(), b"2");
+    assert_eq!(v.read("/g").unwrap(), b"1");
+    assert_eq!(errno(&v.rename_with("/f", "/none", RenameFlags::EXCHANGE)), libc::ENOENT);
+    // Exchange a directory with a file across parents: both keep working.
+    v.rename_with("/a/b", "/g", RenameFlags::EXCHANGE).unwrap();
+    assert!(v.metadata("/g/c").unwrap().is_dir());
+    assert_eq!(v.read("/a/b").unwrap(), b"1");
+    assert_eq!(v.metadata("/a").unwrap().nlink(), 2);
+    // Two names of one inode: rename does nothing and succeeds.
+    v.hard_link("/f", "/f2").unwrap();
+    v.rename("/f", "/f2").unwrap();
+    assert!(v.metadata("/f").is_ok() && v.metadata("/f2").is_ok());
+    // A rename over a directory needs it empty, and replaces it.
+    v.create_dir("/e1").unwrap();
+    v.create_dir("/e2").unwrap();
+    v.rename("/e1", "/e2").unwrap();
+    assert_eq!(errno(&v.metadata("/e1")), libc::ENOENT);
+}
+
+#[test]
+fn hard_links_share_an_inode() {
+    let v = vfs();
+    v.write("/a", b"data").unwrap();
+    v.hard_link("/a", "/b").unwrap();
+    assert_eq!(v.metadata("/a").unwrap().nlink(), 2);
+    assert_eq!(v.metadata("/a").unwrap().ino(), v.metadata("/b").unwrap().ino());
+    v.remove_file("/a").unwrap();
+    assert_eq!(v.read("/b").unwrap(), b"data");
+    assert_eq!(v.metadata("/b").unwrap().nlink(), 1);
+    v.create_dir("/d").unwrap();
+    assert_eq!(errno(&v.hard_link("/d", "/d2")), libc::EPERM);
+    assert_eq!(errno(&v.hard_link("/b", "/d")), libc::EEXIST);
+}
+
+#[test]
+fn open_flags() {
+    let v = vfs();
+    assert_eq!(errno(&v.open("/f", OpenOptions::new().read(true))), libc::ENOENT);
+    assert_eq!(errno(&v.open("/f", &OpenOptions::new())), libc::EINVAL);
+    assert_eq!(errno(&v.open("/f", OpenOptions::new().read(true).create(true))), libc::EINVAL);
+    let mut f = v.open("/f", OpenOptions::new().write(true).create_new(true)).unwrap();
+    f.write_all(b"hello world").unwrap();
+    assert_eq!(errno(&v.open("/f", OpenOptions::new().write(true).create_new(true))), libc::EEXIST);
+    assert_eq!(errno(&f.read(&mut [0; 4])), libc::EBADF);
+    let mut r = v.open("/f", OpenOptions::new().read(true)).unwrap();
+    r.seek(SeekFrom::Start(6)).unwrap();
+    let mut s = String::new();
+    r.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "world");
+    assert_eq!(errno(&r.write(b"x")), libc::EBADF);
+    assert_eq!(errno(&r.set_len(0)), libc::EINVAL);
+    v.open("/f", OpenOptions::new().write(true).truncate(true)).unwrap();
+    assert_eq!(v.metadata("/f").unwrap().len(), 0);
+    v.symlink("/f", "/l").unwrap();
+    assert_eq!(errno(&v.open("/l", OpenOptions::new().read(true).no_follow(true))), libc::ELOOP);
+    // O_CREAT through a dangling symlink creates the target.
+    v.symlink("/made", "/dangling").unwrap();
+    v.write("/dangling", b"via link").unwrap();
+    assert_eq!(v.read("/made").unwrap(), b"via link");
+    v.create_dir("/d").unwrap();
+    assert_eq!(errno(&v.open("/d", OpenOptions::new().write(true))), libc::EISDIR);
+    assert!(v.open("/d", OpenOptions::new().read(true)).is_ok());
+}
+
+#[test]
+fn sparse_writes_read_zeros_and_set_len_cuts() {
+    let v = vfs();
+    let f = v.open("/s", OpenOptions::new().read(true).write(true).create(true)).unwrap();
+    f.write_at(b"end", 10_000).unwrap();
+    let mut buf = vec![1u8; 10];
+    assert_eq!(f.read_at(&mut buf, 5000).unwrap(), 10);
+    assert_eq!(buf, vec![0; 10]);
+    f.set_len(4).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 4);
+    assert_eq!(f.read_at(&mut buf, 4).unwrap(), 0);
+}
+
+#[test]
+fn unlinked_open_file_keeps_its_data_until_the_last_close() {
+    let fs = Arc::new(MemFs::new(MemFsOptions::default()));
+    let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    v.write("/f", b"still here").unwrap();
+    let mut f = v.open("/f", OpenOptions::new().read(true)).unwrap();
+    let g = v.open("/f", OpenOptions::new().read(true)).unwrap();
+    v.remove_file("/f").unwrap();
+    assert_eq!(errno(&v.metadata("/f")), libc::ENOENT);
+    assert_eq!(fs.live_inodes(), 2, "root and the open, unlinked file");
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "still here");
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    drop(f);
+    assert_eq!(fs.live_inodes(), 2, "one handle is still open");
+    drop(g);
+    assert_eq!(fs.live_inodes(), 1);
+    assert_eq!(fs.used_bytes(), 0);
+}
+
+#[test]
+fn append_is_atomic_between_appenders() {
+    let v = vfs();
+    v.write("/log", b"").unwrap();
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let v = v.clone();
+            std::thread::spawn(move || {
+                let mut f = v.open("/log", OpenOptions::new().append(true)).unwrap();
+                for _ in 0..common::scaled(500) {
+                    f.write_all(&[b'a' + t; 8]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let data = v.read("/log").unwrap();
+    assert_eq!(data.len(), 4 * 8 * common::scaled(500));
+    for chunk in data.chunks(8) {
+        assert!(chunk.iter().all(|&b| b == chunk[0]), "interleaved append: {chunk:?}");
+    }
+}
+
+#[test]
+fn limits_answer_enospc_and_change_nothing() {
+    let v = Vfs::builder().max_bytes(10).max_inodes(3).build().unwrap();
+    v.write("/a", b"0123456789").unwrap();
+    let mut f = v.open("/a", OpenOptions::new().append(true)).unwrap();
+    assert_eq!(errno(&f.write(b"x")), libc::ENOSPC);
+    assert_eq!(v.read("/a").unwrap(), b"0123456789");
+    v.create_dir("/d").unwrap();
+    assert_eq!(errno(&v.create_dir("/e")), libc::ENOSPC);
+    assert_eq!(errno(&v.metadata("/e")), libc::ENOENT);
+    assert_eq!(errno(&v.symlink("/a", "/l")), libc::ENOSPC);
+    v.remove_dir("/d").unwrap();
+    v.create_dir("/e").unwrap();
+    let st = v.statfs().unwrap();
+    assert_eq!(st.files - st.ffree, 3);
+}
+
+#[test]
+fn permissions_and_the_sticky_bit() {
+    let root = vfs();
+    let alice = root.with_cred(Cred::new(1000, 1000, &[]));
+    let bob = root.with_cred(Cred::new(1001, 1001, &[50]));
+    root.create_dir("/tmp").unwrap();
+    root.set_permissions("/tmp", Permissions::from_mode(0o1777)).unwrap();
+    alice.write("/tmp/a", b"alice").unwrap();
+    assert_eq!(alice.metadata("/tmp/a").unwrap().uid(), 1000);
+    assert_eq!(errno(&bob.remove_file("/tmp/a")), libc::EPERM);
+    assert_eq!(errno(&bob.rename("/tmp/a", "/tmp/b")), libc::EPERM);
+    assert_eq!(errno(&bob.write("/tmp/a", b"x")), libc::EACCES);
+    assert_eq!(errno(&bob.set_permissions("/tmp/a", Permissions::from_mode(0o777))), libc::EPERM);
+    assert_eq!(errno(&bob.chown("/tmp/a", Some(1001), None)), libc::EPERM);
+    assert_eq!(errno(&alice.create_dir("/private")), libc::EACCES);
+    // Group permission through a supplementary group.
+    root.create_dir("/g").unwrap();
+    root.chown("/g", None, Some(50)).unwrap();
+    root.set_permissions("/g", Permissions::from_mode(0o770)).unwrap();
+    bob.write("/g/x", b"ok").unwrap();
+    assert_eq!(errno(&alice.metadata("/g/x")), libc::EACCES);
+    // Root is exempt from permission bits, not from file types.
+    root.set_permissions("/tmp/a", Permissions::from_mode(0)).unwrap();
+    assert_eq!(root.read("/tmp/a").unwrap(), b"alice");
+    alice.remove_file("/tmp/a").unwrap();
+    // chown clears set-user-id.
+    root.write("/suid", b"").unwrap();
+    root.set_permissions("/suid", Permissions::from_mode(0o4755)).unwrap();
+    root.chown("/suid", Some(1000), None).unwrap();
+    assert_eq!(root.metadata("/suid").unwrap().permissions().mode(), 0o755);
+}
+
+#[test]
+fn setgid_directories_pass_their_group_down() {
+    let root = vfs();
+    root.create_dir("/shared").unwrap();
+    root.chown("/shared", None, Some(77)).unwrap();
+    root.set_permissions("/shared", Permissions::from_mode(0o2777)).unwrap();
+    let alice = root.with_cred(Cred::new(1000, 1000, &[]));
+    alice.write("/shared/f", b"").unwrap();
+    alice.create_dir("/shared/sub").unwrap();
+    assert_eq!(alice.metadata("/shared/f").unwrap().gid(), 77);
+    let sub = alice.metadata("/shared/sub").unwrap();
+    assert_eq!((sub.gid(), sub.permissions().mode() & 0o2000), (77, 0o2000));
+}
+
+#[test]
+fn working_directory_per_view() {
+    let mut v = vfs();
+    v.create_dir_all("/home/u").unwrap();
+    v.set_current_dir("/home").unwrap();
+    v.write("u/note", b"rel").unwrap();
+    assert_eq!(v.read("/home/u/note").unwrap(), b"rel");
+    let other = Vfs::new();
+    assert_eq!(errno(&other.read("u/note")), libc::ENOENT);
+    // The working directory follows a rename of itself.
+    v.rename("/home", "/house").unwrap();
+    assert_eq!(v.read("u/note").unwrap(), b"rel");
+    assert_eq!(errno(&v.set_current_dir("/house/u/note")), libc::ENOTDIR);
+}
+
+#[test]
+fn timestamps_follow_posix_and_relatime() {
+    let v = Vfs::builder().build().unwrap();
+    v.write("/f", b"x").unwrap();
+    let old = rcuvfs::fs::Timespec { sec: 1_000_000, nsec: 0 };
+    v.set_times("/f", Some(SetTime::At(old)), Some(SetTime::At(old))).unwrap();
+    let m = v.metadata("/f").unwrap();
+    assert_eq!(m.attr().mtime, old);
+    // A read with atime <= mtime updates atime once (relatime) ...
+    v.read("/f").unwrap();
+    let a1 = v.metadata("/f").unwrap().attr().atime;
+    assert!(a1 > old);
+    // ... and a write moves mtime and ctime.
+    v.write("/f", b"y").unwrap();
+    let m2 = v.metadata("/f").unwrap();
+    assert!(m2.attr().mtime > old && m2.attr().ctime >= m2.attr().mtime);
+
+    let n = Vfs::builder().atime(AtimePolicy::Noatime).build().unwrap();
+    n.write("/f", b"x").unwrap();
+    n.set_times("/f", Some(SetTime::At(old)), None).unwrap();
+    n.read("/f").unwrap();
+    assert_eq!(n.metadata("/f").unwrap().attr().atime, old, "noatime never writes atime");
+    // utimens with explicit times needs ownership; "now" needs write access.
+    let alice = v.with_cred(Cred::new(1000, 1000, &[]));
+    assert_eq!(errno(&alice.set_times("/f", Some(SetTime::At(old)), None)), libc::EPERM);
+    assert_eq!(errno(&alice.set_times("/f", Some(SetTime::Now), Some(SetTime::Now))), libc::EACCES);
+}
+
+#[test]
+fn handles_work_like_at_syscalls() {
+    let v = vfs();
+    v.create_dir_all("/srv/data").unwrap();
+    let dir = v.entry("/srv").unwrap();
+    v.create_dir_at(&dir, "logs", 0o755).unwrap();
+    let mut f = v.open_at(&dir, "logs/today", OpenOptions::new().write(true).create(true)).unwrap();
+    f.write_all(b"entry").unwrap();
+    let logs = v.lookup_at(&dir, "logs").unwrap();
+    assert!(logs.is_dir());
+    assert_eq!(v.lookup_at(&logs, "..").unwrap().ino(), dir.ino());
+    assert_eq!(errno(&v.lookup_at(&dir, "a/b")), libc::EINVAL);
+    v.rename_at(&logs, "today", &dir, "moved", RenameFlags::NONE).unwrap();
+    assert_eq!(v.read("/srv/moved").unwrap(), b"entry");
+    // A handle follows its name through a rename of its parent.
+    v.rename("/srv", "/opt").unwrap();
+    assert_eq!(v.metadata_at(&dir, "moved", true).unwrap().len(), 5);
+    v.remove_file_at(&dir, "moved").unwrap();
+    let listing = v.read_dir_at(&dir, 0).unwrap();
+    let names: Vec<_> = listing.iter().map(|e| e.name.clone()).collect();
+    assert_eq!(names.len(), 2, "data and logs: {names:?}");
+    logs.forget();
+    // A handle from another Vfs is refused.
+    let other = Vfs::new();
+    assert_eq!(errno(&other.lookup_at(&dir, "data")), libc::EXDEV);
+}
+
+#[test]
+fn removed_directory_takes_no_new_entries() {
+    let v = vfs();
+    v.create_dir("/gone").unwrap();
+    let h = v.entry("/gone").unwrap();
+    v.remove_dir("/gone").unwrap();
+    assert_eq!(errno(&v.create_dir_at(&h, "child", 0o755)), libc::ENOENT);
+    assert_eq!(h.metadata().unwrap().nlink(), 0);
+}
+
+#[test]
+fn create_and_remove_dir_all() {
+    let v = vfs();
+    v.create_dir_all("/x/y/z").unwrap();
+    v.create_dir_all("/x/y/z").unwrap();
+    v.write("/x/y/f", b"1").unwrap();
+    v.symlink("/x", "/x/y/z/loop").unwrap();
+    assert_eq!(errno(&v.create_dir_all("/x/y/f/g")), libc::ENOTDIR);
+    v.remove_dir_all("/x").unwrap();
+    assert_eq!(errno(&v.metadata("/x")), libc::ENOENT);
+    assert_eq!(v.read_dir("/").unwrap().count(), 0);
+}
+
+#[test]
+fn failed_calls_change_nothing() {
+    let v = vfs();
+    v.create_dir_all("/a/b").unwrap();
+    v.write("/a/b/f", b"keep").unwrap();
+    let before = snapshot(&v);
+    let attempts: Vec<std::io::Result<()>> = vec![
+        v.remove_dir("/a"),
+        v.rename("/a", "/a/b/c"),
+        v.create_dir("/a/b/f"),
+        v.write("/a/b/f/x", b""),
+        v.hard_link("/a", "/z"),
+        v.rename_with("/a/b/f", "/a/b", RenameFlags::NOREPLACE),
+        v.with_cred(Cred::new(5, 5, &[])).remove_file("/a/b/f"),
+    ];
+    assert!(attempts.iter().all(|r| r.is_err()));
+    assert_eq!(snapshot(&v), before);
+}
+
+fn snapshot(v: &Vfs) -> Vec<(String, u64, u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec!["/".to_string()];
+    while let Some(dir) = stack.pop() {
+        for e in v.read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path().to_string_lossy().into_owned();
+            let m = v.symlink_metadata(&p).unwrap();
+            let data = if m.is_file() { v.read(&p).unwrap() } else { Vec::new() };
+            out.push((p.clone(), m.ino(), m.permissions().mode(), data));
+            if m.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn caches_drop_and_refill_from_the_filesystem() {
+    let v = vfs();
+    v.create_dir_all("/a/b").unwrap();
+    v.write("/a/b/f", b"x").unwrap();
+    let _ = v.metadata("/a/missing");
+    assert!(v.stats().negative_dentries >= 1);
+    v.drop_caches();
+    assert_eq!(v.stats().dentries, 1, "only the root stays");
+    assert_eq!(v.read("/a/b/f").unwrap(), b"x");
+    assert!(v.stats().dentries >= 4);
+}
+
+#[test]
+fn teardown_frees_every_dentry_and_inode() {
+    let fs = Arc::new(MemFs::default());
+    let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    let counters = v.live_counters();
+    v.create_dir_all("/a/b/c").unwrap();
+    v.write("/a/f", b"x").unwrap();
+    let h = v.entry("/a/b").unwrap();
+    let f = v.open("/a/f", OpenOptions::new().read(true)).unwrap();
+    v.remove_file("/a/f").unwrap();
+    let _ = v.metadata("/nope");
+    drop(v);
+    assert!(counters.dentries() > 0, "handles keep the Vfs alive");
+    drop(h);
+    drop(f);
+    assert_eq!((counters.dentries(), counters.negative_dentries(), counters.inodes()), (0, 0, 0));
+    // The removed file is gone from the filesystem too.
+    assert_eq!(fs.live_inodes(), 4, "root, a, b, c");
+    assert_eq!(fs.getattr(fs.root()).unwrap().nlink, 3);
+}
