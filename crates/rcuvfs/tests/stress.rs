@@ -1,0 +1,159 @@
+//! Multi-threaded stress: lookups of names that exist for the whole call
+//! are never reported missing while other threads rename siblings, move
+//! directories between parents, create and unlink; and a create or unlink
+//! published with Release/Acquire is seen by the next lookup of another
+//! thread.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use common::scaled;
+use rcuvfs::{RenameFlags, Vfs};
+
+#[test]
+fn a_stable_name_is_never_reported_missing() {
+    let v = Vfs::new();
+    for d in ["/s", "/s/deep", "/s/deep/er", "/m", "/m/p1", "/m/p2", "/m/p1/moving"] {
+        v.create_dir(d).unwrap();
+    }
+    let stable: Vec<String> = (0..8)
+        .map(|i| format!("/s/stable{i}"))
+        .chain((0..4).map(|i| format!("/s/deep/er/leaf{i}")))
+        .collect();
+    for p in &stable {
+        v.write(p, b"x").unwrap();
+    }
+    for i in 0..8 {
+        v.write(format!("/s/r{i}"), b"r").unwrap();
+        v.write(format!("/s/deep/er/r{i}"), b"r").unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let false_negatives = Arc::new(AtomicU64::new(0));
+    let lookups = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    // Renamers: siblings of the stable names, back and forth.
+    for t in 0..2 {
+        let (v, stop) = (v.clone(), stop.clone());
+        workers.push(thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) || n < 10 {
+                for i in (t..8).step_by(2) {
+                    for dir in ["/s", "/s/deep/er"] {
+                        v.rename(format!("{dir}/r{i}"), format!("{dir}/r{i}.moved")).unwrap();
+                        v.rename(format!("{dir}/r{i}.moved"), format!("{dir}/r{i}")).unwrap();
+                    }
+                }
+                n += 1;
+            }
+        }));
+    }
+    // A mover of a whole directory between parents, and a creator/unlinker.
+    {
+        let (v, stop) = (v.clone(), stop.clone());
+        workers.push(thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                v.rename("/m/p1/moving", "/m/p2/moving").unwrap();
+                v.rename("/m/p2/moving", "/m/p1/moving").unwrap();
+                v.write("/s/tmp", b"t").unwrap();
+                v.rename_with("/s/tmp", "/s/r0", RenameFlags::NOREPLACE).ok();
+                v.remove_file("/s/tmp").ok();
+            }
+        }));
+    }
+    // Readers.
+    let barrier = Arc::new(Barrier::new(3));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (v, stable, fnn, lookups, barrier) =
+                (v.clone(), stable.clone(), false_negatives.clone(), lookups.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..scaled(10_000) {
+                    for p in &stable {
+                        if v.metadata(p).is_err() {
+                            fnn.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    lookups.fetch_add(stable.len() as u64, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    for r in readers {
+        r.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(lookups.load(Ordering::Relaxed) > 0);
+    assert_eq!(false_negatives.load(Ordering::Relaxed), 0);
+    // The storm left the tree as it started.
+    for i in 0..8 {
+        assert_eq!(v.read(format!("/s/r{i}")).unwrap(), b"r");
+    }
+    assert!(v.metadata("/m/p1/moving").unwrap().is_dir());
+}
+
+#[test]
+fn published_creates_and_unlinks_are_seen_at_once() {
+    let v = Vfs::new();
+    v.create_dir("/vis").unwrap();
+    let rounds = scaled(5_000);
+    // Round r creates (odd r) or unlinks (even r) /vis/f{(r-1)/2 % 4} and
+    // then publishes r; the reader checks the name against the last round
+    // it saw.
+    let published = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let wrong = Arc::new(AtomicU64::new(0));
+    let checked = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (v, published, started) = (v.clone(), published.clone(), started.clone());
+        thread::spawn(move || {
+            for r in 1..=rounds {
+                started.store(r, Ordering::SeqCst);
+                let name = format!("/vis/f{}", (r - 1) / 2 % 4);
+                if r % 2 == 1 {
+                    v.write(&name, b"").unwrap();
+                } else {
+                    v.remove_file(&name).unwrap();
+                }
+                published.store(r, Ordering::Release);
+            }
+        })
+    };
+    let reader = {
+        let (v, published, started, wrong, checked) =
+            (v.clone(), published.clone(), started.clone(), wrong.clone(), checked.clone());
+        thread::spawn(move || loop {
+            let r = published.load(Ordering::Acquire);
+            if r == 0 {
+                continue;
+            }
+            let name = format!("/vis/f{}", (r - 1) / 2 % 4);
+            let exists = v.metadata(&name).is_ok();
+            // Round r created (odd) or removed (even) this name; if round
+            // r+1 had not started when the lookup ended, the lookup saw
+            // round r. (The writer announces a round before it starts, so
+            // a lookup that saw round r+1's change sees the announcement.)
+            let still = started.load(Ordering::SeqCst) == r;
+            if still {
+                checked.fetch_add(1, Ordering::Relaxed);
+                if exists != (r % 2 == 1) {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if r == rounds {
+                break;
+            }
+        })
+    };
+    writer.join().unwrap();
+    reader.join().unwrap();
+    assert!(checked.load(Ordering::Relaxed) > 0, "no lookup was checked");
+    assert_eq!(wrong.load(Ordering::Relaxed), 0);
+}
