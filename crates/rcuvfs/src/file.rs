@@ -120,7 +120,15 @@ pub struct File {
 
 impl File {
     pub(crate) fn new(shared: Arc<Shared>, ino: Ino, kind: FileType, opts: &OpenOptions) -> File {
-        File { shared, ino, kind, readable: opts.read, writable: opts.writes(), append: opts.append, pos: 0 }
+        File {
+            shared,
+            ino,
+            kind,
+            readable: opts.read,
+            writable: opts.writes(),
+            append: opts.append,
+            pos: 0,
+        }
     }
 
     pub fn ino(&self) -> Ino {
@@ -152,7 +160,13 @@ impl File {
         if !self.writable {
             return fail(EINVAL);
         }
-        self.shared.fs.setattr(self.ino, &SetAttr { size: Some(size), ..SetAttr::default() })?;
+        self.shared.fs.setattr(
+            self.ino,
+            &SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            },
+        )?;
         Ok(())
     }
 
@@ -226,6 +240,9 @@ impl Drop for File {
 
 impl std::fmt::Debug for File {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("File").field("ino", &self.ino).field("pos", &self.pos).finish()
+        f.debug_struct("File")
+            .field("ino", &self.ino)
+            .field("pos", &self.pos)
+            .finish()
     }
 }

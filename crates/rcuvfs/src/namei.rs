@@ -105,11 +105,27 @@ impl Ns<'_> {
 
     /// Walks every component but the last, following symlinks, and checks
     /// that the last component's directory may be searched.
-    pub fn walk_parent<'p>(&mut self, w: &mut Walk, start: DentryId, path: &'p [u8]) -> Result<Parent<'p>> {
-        let mut cur = if path.first() == Some(&b'/') { self.root() } else { start };
-        let comps: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
+    pub fn walk_parent<'p>(
+        &mut self,
+        w: &mut Walk,
+        start: DentryId,
+        path: &'p [u8],
+    ) -> Result<Parent<'p>> {
+        let mut cur = if path.first() == Some(&b'/') {
+            self.root()
+        } else {
+            start
+        };
+        let comps: Vec<&[u8]> = path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .collect();
         let Some((&last, inner)) = comps.split_last() else {
-            return Ok(Parent { dir: cur, last: Last::Root, trailing: false });
+            return Ok(Parent {
+                dir: cur,
+                last: Last::Root,
+                trailing: false,
+            });
         };
         for &comp in inner {
             cur = self.step(w, cur, comp)?;
@@ -123,7 +139,11 @@ impl Ns<'_> {
             b".." => Last::DotDot,
             name => Last::Normal(name),
         };
-        Ok(Parent { dir: cur, last, trailing: path.last() == Some(&b'/') })
+        Ok(Parent {
+            dir: cur,
+            last,
+            trailing: path.last() == Some(&b'/'),
+        })
     }
 
     /// One intermediate component: the result is a directory.
@@ -182,7 +202,13 @@ impl Ns<'_> {
 
     /// Walks a whole path to a positive dentry. `follow`: follow a symlink
     /// in the last component.
-    pub fn walk(&mut self, w: &mut Walk, start: DentryId, path: &[u8], follow: bool) -> Result<DentryId> {
+    pub fn walk(
+        &mut self,
+        w: &mut Walk,
+        start: DentryId,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<DentryId> {
         let p = self.walk_parent(w, start, path)?;
         self.walk_last(w, &p, follow)
     }

@@ -15,10 +15,15 @@ use std::sync::Arc;
 
 use crate::cred::{Cred, MAY_READ, MAY_WRITE};
 use crate::dcache::{Dcache, DentryId, LiveCounters, Ns};
-use crate::error::{errno_of, fail, Result, EACCES, EBUSY, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT, ENOTDIR, ENOTEMPTY, EPERM};
+use crate::error::{
+    errno_of, fail, Result, EACCES, EBUSY, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT, ENOTDIR,
+    ENOTEMPTY, EPERM,
+};
 use crate::file::{File, OpenOptions};
 use crate::fs::memfs::{AtimePolicy, MemFs, MemFsOptions};
-use crate::fs::{Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec};
+use crate::fs::{
+    Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec,
+};
 use crate::namei::{check_name, check_path, Last, Parent, Walk};
 
 pub(crate) struct Shared {
@@ -86,7 +91,12 @@ impl VfsBuilder {
     pub fn build(self) -> Result<Vfs> {
         let fs = self.fs.unwrap_or_else(|| Arc::new(MemFs::new(self.memfs)));
         let dcache = Dcache::new(&*fs)?;
-        Ok(Vfs { shared: Arc::new(Shared { dcache, fs }), cred: Arc::new(Cred::root()), cwd: None, umask: self.umask })
+        Ok(Vfs {
+            shared: Arc::new(Shared { dcache, fs }),
+            cred: Arc::new(Cred::root()),
+            cwd: None,
+            umask: self.umask,
+        })
     }
 }
 
@@ -104,7 +114,12 @@ impl Entry {
     fn new(shared: &Arc<Shared>, ns: &mut Ns, id: DentryId) -> Entry {
         ns.dget(id);
         let d = ns.d(id);
-        Entry { shared: shared.clone(), id, ino: d.ino.expect("positive"), kind: d.kind.expect("positive") }
+        Entry {
+            shared: shared.clone(),
+            id,
+            ino: d.ino.expect("positive"),
+            kind: d.kind.expect("positive"),
+        }
     }
 
     pub fn ino(&self) -> Ino {
@@ -139,7 +154,12 @@ impl Entry {
 impl Clone for Entry {
     fn clone(&self) -> Entry {
         self.shared.lock().dget(self.id);
-        Entry { shared: self.shared.clone(), id: self.id, ino: self.ino, kind: self.kind }
+        Entry {
+            shared: self.shared.clone(),
+            id: self.id,
+            ino: self.ino,
+            kind: self.kind,
+        }
     }
 }
 
@@ -151,7 +171,10 @@ impl Drop for Entry {
 
 impl std::fmt::Debug for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entry").field("ino", &self.ino).field("kind", &self.kind).finish()
+        f.debug_struct("Entry")
+            .field("ino", &self.ino)
+            .field("kind", &self.kind)
+            .finish()
     }
 }
 
@@ -306,13 +329,22 @@ impl Vfs {
     }
 
     pub fn builder() -> VfsBuilder {
-        VfsBuilder { fs: None, memfs: MemFsOptions::default(), umask: 0o022 }
+        VfsBuilder {
+            fs: None,
+            memfs: MemFsOptions::default(),
+            umask: 0o022,
+        }
     }
 
     /// The same filesystem seen with other credentials (and the same
     /// working directory and umask).
     pub fn with_cred(&self, cred: Cred) -> Vfs {
-        Vfs { shared: self.shared.clone(), cred: Arc::new(cred), cwd: self.cwd.clone(), umask: self.umask }
+        Vfs {
+            shared: self.shared.clone(),
+            cred: Arc::new(cred),
+            cwd: self.cwd.clone(),
+            umask: self.umask,
+        }
     }
 
     pub fn cred(&self) -> &Cred {
@@ -349,7 +381,11 @@ impl Vfs {
 
     pub fn stats(&self) -> Stats {
         let c = &self.shared.dcache.counters;
-        Stats { dentries: c.dentries(), negative_dentries: c.negative_dentries(), inodes: c.inodes() }
+        Stats {
+            dentries: c.dentries(),
+            negative_dentries: c.negative_dentries(),
+            inodes: c.inodes(),
+        }
     }
 
     /// The counters, readable after the `Vfs` and all its handles are gone:
@@ -435,7 +471,12 @@ impl Vfs {
     }
 
     /// `fstatat`.
-    pub fn metadata_at(&self, dir: &Entry, path: impl AsRef<Path>, follow: bool) -> Result<Metadata> {
+    pub fn metadata_at(
+        &self,
+        dir: &Entry,
+        path: impl AsRef<Path>,
+        follow: bool,
+    ) -> Result<Metadata> {
         self.metadata_from(Start::At(dir), bytes(path.as_ref()), follow)
     }
 
@@ -460,32 +501,60 @@ impl Vfs {
 
     /// `chmod`.
     pub fn set_permissions(&self, path: impl AsRef<Path>, perm: Permissions) -> Result<()> {
-        let set = SetAttr { perm: Some(perm.mode()), ..SetAttr::default() };
-        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
+        let set = SetAttr {
+            perm: Some(perm.mode()),
+            ..SetAttr::default()
+        };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set)
+            .map(drop)
     }
 
     /// `chown` (following symlinks); `None` leaves that id unchanged.
     pub fn chown(&self, path: impl AsRef<Path>, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        let set = SetAttr { uid, gid, ..SetAttr::default() };
-        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
+        let set = SetAttr {
+            uid,
+            gid,
+            ..SetAttr::default()
+        };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set)
+            .map(drop)
     }
 
     /// `lchown`.
     pub fn lchown(&self, path: impl AsRef<Path>, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        let set = SetAttr { uid, gid, ..SetAttr::default() };
-        self.setattr_from(Start::Cwd, bytes(path.as_ref()), false, &set).map(drop)
+        let set = SetAttr {
+            uid,
+            gid,
+            ..SetAttr::default()
+        };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), false, &set)
+            .map(drop)
     }
 
     /// `utimensat`: `None` leaves a time unchanged.
-    pub fn set_times(&self, path: impl AsRef<Path>, atime: Option<SetTime>, mtime: Option<SetTime>) -> Result<()> {
-        let set = SetAttr { atime, mtime, ..SetAttr::default() };
-        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
+    pub fn set_times(
+        &self,
+        path: impl AsRef<Path>,
+        atime: Option<SetTime>,
+        mtime: Option<SetTime>,
+    ) -> Result<()> {
+        let set = SetAttr {
+            atime,
+            mtime,
+            ..SetAttr::default()
+        };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set)
+            .map(drop)
     }
 
     /// `truncate`.
     pub fn truncate(&self, path: impl AsRef<Path>, size: u64) -> Result<()> {
-        let set = SetAttr { size: Some(size), ..SetAttr::default() };
-        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
+        let set = SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set)
+            .map(drop)
     }
 
     /// Changes the attributes of the object behind `entry` with every POSIX
@@ -547,7 +616,10 @@ impl Vfs {
         }
         match (set.atime, set.mtime) {
             (None, None) => {}
-            (a, m) if a.unwrap_or(SetTime::Now) == SetTime::Now && m.unwrap_or(SetTime::Now) == SetTime::Now => {
+            (a, m)
+                if a.unwrap_or(SetTime::Now) == SetTime::Now
+                    && m.unwrap_or(SetTime::Now) == SetTime::Now =>
+            {
                 if !cred.owns(&attr) && !cred.may(&attr, MAY_WRITE) {
                     return fail(EACCES);
                 }
@@ -558,7 +630,10 @@ impl Vfs {
                 }
             }
         }
-        if (set.uid.is_some() || set.gid.is_some()) && attr.kind != FileType::Dir && set.perm.is_none() {
+        if (set.uid.is_some() || set.gid.is_some())
+            && attr.kind != FileType::Dir
+            && set.perm.is_none()
+        {
             // chown clears set-user-id, and set-group-id when group-executable.
             let mut perm = attr.perm & !libc::S_ISUID;
             if perm & 0o010 != 0 {
@@ -578,10 +653,26 @@ impl Vfs {
     fn new_owner(&self, dir_attr: &Attr, kind: FileType, perm: u32) -> (Owner, u32) {
         let cred = &*self.cred;
         if dir_attr.perm & libc::S_ISGID != 0 {
-            let perm = if kind == FileType::Dir { perm | libc::S_ISGID } else { perm };
-            (Owner { uid: cred.uid, gid: dir_attr.gid }, perm)
+            let perm = if kind == FileType::Dir {
+                perm | libc::S_ISGID
+            } else {
+                perm
+            };
+            (
+                Owner {
+                    uid: cred.uid,
+                    gid: dir_attr.gid,
+                },
+                perm,
+            )
         } else {
-            (Owner { uid: cred.uid, gid: cred.gid }, perm)
+            (
+                Owner {
+                    uid: cred.uid,
+                    gid: cred.gid,
+                },
+                perm,
+            )
         }
     }
 
@@ -608,7 +699,9 @@ impl Vfs {
         let s = self.start(&ns, start)?;
         let mut w = Walk::new(&self.cred);
         let p = ns.walk_parent(&mut w, s, path)?;
-        let Last::Normal(name) = p.last else { return fail(EEXIST) };
+        let Last::Normal(name) = p.last else {
+            return fail(EEXIST);
+        };
         let existing = ns.d_lookup(p.dir, name)?;
         if ns.d(existing).ino.is_some() {
             return fail(EEXIST);
@@ -640,7 +733,13 @@ impl Vfs {
 
     fn mkdir_from(&self, start: Start, path: &[u8], mode: u32) -> Result<()> {
         let perm = mode & 0o7777 & !self.umask;
-        self.create_node(start, path, FileType::Dir, |fs, dir, name, owner, perm| fs.mkdir(dir, name, perm, owner), perm)
+        self.create_node(
+            start,
+            path,
+            FileType::Dir,
+            |fs, dir, name, owner, perm| fs.mkdir(dir, name, perm, owner),
+            perm,
+        )
     }
 
     /// Creates `path` and every missing ancestor. May stop partway, leaving
@@ -654,7 +753,11 @@ impl Vfs {
             Ok(()) => return Ok(()),
             Err(e) if errno_of(&e) == ENOENT => {}
             Err(e) => {
-                return if self.metadata(path).map(|m| m.is_dir()).unwrap_or(false) { Ok(()) } else { Err(e) };
+                return if self.metadata(path).map(|m| m.is_dir()).unwrap_or(false) {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
             }
         }
         match path.parent() {
@@ -670,7 +773,14 @@ impl Vfs {
 
     /// `mknodat` for a regular file, FIFO, socket or device (devices need
     /// root: EPERM).
-    pub fn mknod_at(&self, dir: &Entry, path: impl AsRef<Path>, kind: FileType, mode: u32, rdev: u64) -> Result<()> {
+    pub fn mknod_at(
+        &self,
+        dir: &Entry,
+        path: impl AsRef<Path>,
+        kind: FileType,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<()> {
         if matches!(kind, FileType::Dir | FileType::Symlink) {
             return fail(EINVAL);
         }
@@ -693,23 +803,50 @@ impl Vfs {
     }
 
     /// `symlinkat`.
-    pub fn symlink_at(&self, target: impl AsRef<Path>, dir: &Entry, link: impl AsRef<Path>) -> Result<()> {
+    pub fn symlink_at(
+        &self,
+        target: impl AsRef<Path>,
+        dir: &Entry,
+        link: impl AsRef<Path>,
+    ) -> Result<()> {
         self.symlink_from(bytes(target.as_ref()), Start::At(dir), bytes(link.as_ref()))
     }
 
     fn symlink_from(&self, target: &[u8], start: Start, link: &[u8]) -> Result<()> {
         check_path(target)?;
-        self.create_node(start, link, FileType::Symlink, |fs, d, name, owner, _| fs.symlink(d, name, target, owner), 0o777)
+        self.create_node(
+            start,
+            link,
+            FileType::Symlink,
+            |fs, d, name, owner, _| fs.symlink(d, name, target, owner),
+            0o777,
+        )
     }
 
     /// `link(src, dst)`: a new name for `src` (not followed if a symlink).
     pub fn hard_link(&self, src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<()> {
-        self.link_from(Start::Cwd, bytes(src.as_ref()), Start::Cwd, bytes(dst.as_ref()))
+        self.link_from(
+            Start::Cwd,
+            bytes(src.as_ref()),
+            Start::Cwd,
+            bytes(dst.as_ref()),
+        )
     }
 
     /// `linkat`.
-    pub fn hard_link_at(&self, src_dir: &Entry, src: impl AsRef<Path>, dst_dir: &Entry, dst: impl AsRef<Path>) -> Result<()> {
-        self.link_from(Start::At(src_dir), bytes(src.as_ref()), Start::At(dst_dir), bytes(dst.as_ref()))
+    pub fn hard_link_at(
+        &self,
+        src_dir: &Entry,
+        src: impl AsRef<Path>,
+        dst_dir: &Entry,
+        dst: impl AsRef<Path>,
+    ) -> Result<()> {
+        self.link_from(
+            Start::At(src_dir),
+            bytes(src.as_ref()),
+            Start::At(dst_dir),
+            bytes(dst.as_ref()),
+        )
     }
 
     fn link_from(&self, src_start: Start, src: &[u8], dst_start: Start, dst: &[u8]) -> Result<()> {
@@ -721,7 +858,9 @@ impl Vfs {
         let src_id = ns.walk(&mut w, s1, src, false)?;
         let mut w = Walk::new(&self.cred);
         let p = ns.walk_parent(&mut w, s2, dst)?;
-        let Last::Normal(name) = p.last else { return fail(EEXIST) };
+        let Last::Normal(name) = p.last else {
+            return fail(EEXIST);
+        };
         let existing = ns.d_lookup(p.dir, name)?;
         if ns.d(existing).ino.is_some() {
             return fail(EEXIST);
@@ -774,7 +913,9 @@ impl Vfs {
         let s = self.start(&ns, start)?;
         let mut w = Walk::new(&self.cred);
         let p = ns.walk_parent(&mut w, s, path)?;
-        let Last::Normal(name) = p.last else { return fail(EISDIR) };
+        let Last::Normal(name) = p.last else {
+            return fail(EISDIR);
+        };
         let victim = ns.lookup_positive(p.dir, name)?;
         if p.trailing {
             return fail(if ns.is_dir(victim) { EISDIR } else { ENOTDIR });
@@ -853,12 +994,29 @@ impl Vfs {
 
     /// `rename(from, to)`.
     pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<()> {
-        self.rename_from(Start::Cwd, bytes(from.as_ref()), Start::Cwd, bytes(to.as_ref()), RenameFlags::NONE)
+        self.rename_from(
+            Start::Cwd,
+            bytes(from.as_ref()),
+            Start::Cwd,
+            bytes(to.as_ref()),
+            RenameFlags::NONE,
+        )
     }
 
     /// `renameat2(from, to, flags)` relative to the working directory.
-    pub fn rename_with(&self, from: impl AsRef<Path>, to: impl AsRef<Path>, flags: RenameFlags) -> Result<()> {
-        self.rename_from(Start::Cwd, bytes(from.as_ref()), Start::Cwd, bytes(to.as_ref()), flags)
+    pub fn rename_with(
+        &self,
+        from: impl AsRef<Path>,
+        to: impl AsRef<Path>,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.rename_from(
+            Start::Cwd,
+            bytes(from.as_ref()),
+            Start::Cwd,
+            bytes(to.as_ref()),
+            flags,
+        )
     }
 
     /// `renameat2`.
@@ -870,10 +1028,23 @@ impl Vfs {
         to: impl AsRef<Path>,
         flags: RenameFlags,
     ) -> Result<()> {
-        self.rename_from(Start::At(from_dir), bytes(from.as_ref()), Start::At(to_dir), bytes(to.as_ref()), flags)
+        self.rename_from(
+            Start::At(from_dir),
+            bytes(from.as_ref()),
+            Start::At(to_dir),
+            bytes(to.as_ref()),
+            flags,
+        )
     }
 
-    fn rename_from(&self, s1: Start, from: &[u8], s2: Start, to: &[u8], flags: RenameFlags) -> Result<()> {
+    fn rename_from(
+        &self,
+        s1: Start,
+        from: &[u8],
+        s2: Start,
+        to: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
         if flags.noreplace && flags.exchange {
             return fail(EINVAL);
         }
@@ -885,7 +1056,9 @@ impl Vfs {
         let op = ns.walk_parent(&mut w, s1, from)?;
         let mut w = Walk::new(&self.cred);
         let np = ns.walk_parent(&mut w, s2, to)?;
-        let Last::Normal(old_name) = op.last else { return fail(EBUSY) };
+        let Last::Normal(old_name) = op.last else {
+            return fail(EBUSY);
+        };
         let Last::Normal(new_name) = np.last else {
             return fail(if flags.noreplace { EEXIST } else { EBUSY });
         };
@@ -917,7 +1090,12 @@ impl Vfs {
         self.may_delete(&ns, op.dir, src, src_dir)?;
         if dst_pos {
             let dst_dir = ns.is_dir(dst);
-            self.may_delete(&ns, np.dir, dst, if flags.exchange { dst_dir } else { src_dir })?;
+            self.may_delete(
+                &ns,
+                np.dir,
+                dst,
+                if flags.exchange { dst_dir } else { src_dir },
+            )?;
         } else {
             self.may_create(&ns, np.dir)?;
         }
@@ -932,7 +1110,10 @@ impl Vfs {
         if ns.is_root(src) || ns.is_root(dst) {
             return fail(EBUSY);
         }
-        let (opino, npino) = (ns.d(op.dir).ino.expect("positive"), ns.d(np.dir).ino.expect("positive"));
+        let (opino, npino) = (
+            ns.d(op.dir).ino.expect("positive"),
+            ns.d(np.dir).ino.expect("positive"),
+        );
         ns.fs.rename(opino, old_name, npino, new_name, flags)?;
         ns.d_move(src, np.dir, new_name, Some(dst), flags.exchange);
         Ok(())
@@ -970,7 +1151,12 @@ impl Vfs {
         Ok(ReadDir(
             entries
                 .into_iter()
-                .map(|e| DirEntry { dir: path.to_path_buf(), name: e.name, ino: e.ino, kind: e.kind })
+                .map(|e| DirEntry {
+                    dir: path.to_path_buf(),
+                    name: e.name,
+                    ino: e.ino,
+                    kind: e.kind,
+                })
                 .collect::<Vec<_>>()
                 .into_iter(),
         ))
@@ -983,7 +1169,12 @@ impl Vfs {
         self.readdir_checked(&ns, dir.id, offset)
     }
 
-    fn readdir_checked(&self, ns: &Ns, id: DentryId, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
+    fn readdir_checked(
+        &self,
+        ns: &Ns,
+        id: DentryId,
+        offset: u64,
+    ) -> Result<Vec<crate::fs::DirEntry>> {
         if !ns.is_dir(id) {
             return fail(ENOTDIR);
         }
@@ -1042,13 +1233,22 @@ impl Vfs {
     }
 
     /// Finds or creates the file to open (`path_openat`'s walk).
-    fn open_walk(&self, ns: &mut Ns, w: &mut Walk, start: DentryId, path: &[u8], opts: &OpenOptions) -> Result<(DentryId, bool)> {
+    fn open_walk(
+        &self,
+        ns: &mut Ns,
+        w: &mut Walk,
+        start: DentryId,
+        path: &[u8],
+        opts: &OpenOptions,
+    ) -> Result<(DentryId, bool)> {
         if !opts.create_any() {
             let id = ns.walk(w, start, path, !opts.nofollow)?;
             return Ok((id, false));
         }
         let p: Parent = ns.walk_parent(w, start, path)?;
-        let Last::Normal(name) = p.last else { return fail(EISDIR) };
+        let Last::Normal(name) = p.last else {
+            return fail(EISDIR);
+        };
         if p.trailing {
             return fail(EISDIR);
         }
@@ -1073,7 +1273,13 @@ impl Vfs {
         Ok((ns.d_instantiate(p.dir, name, &attr), true))
     }
 
-    fn finish_open(&self, ns: &mut Ns, id: DentryId, opts: &OpenOptions, created: bool) -> Result<File> {
+    fn finish_open(
+        &self,
+        ns: &mut Ns,
+        id: DentryId,
+        opts: &OpenOptions,
+        created: bool,
+    ) -> Result<File> {
         let attr = ns.attr(id)?;
         if attr.kind == FileType::Symlink {
             return fail(ELOOP); // only reachable with nofollow
@@ -1095,7 +1301,13 @@ impl Vfs {
             }
         }
         if opts.truncate && attr.kind == FileType::File && !created {
-            ns.fs.setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
+            ns.fs.setattr(
+                attr.ino,
+                &SetAttr {
+                    size: Some(0),
+                    ..SetAttr::default()
+                },
+            )?;
         }
         ns.iget(attr.ino);
         Ok(File::new(self.shared.clone(), attr.ino, attr.kind, opts))
@@ -1116,7 +1328,10 @@ impl Vfs {
 
     /// Writes a whole file, creating or truncating it.
     pub fn write(&self, path: impl AsRef<Path>, contents: impl AsRef<[u8]>) -> Result<()> {
-        let mut f = self.open(path, OpenOptions::new().write(true).create(true).truncate(true))?;
+        let mut f = self.open(
+            path,
+            OpenOptions::new().write(true).create(true).truncate(true),
+        )?;
         f.write_all(contents.as_ref())
     }
 }

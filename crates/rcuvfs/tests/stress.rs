@@ -16,7 +16,15 @@ use rcuvfs::{RenameFlags, Vfs};
 #[test]
 fn a_stable_name_is_never_reported_missing() {
     let v = Vfs::new();
-    for d in ["/s", "/s/deep", "/s/deep/er", "/m", "/m/p1", "/m/p2", "/m/p1/moving"] {
+    for d in [
+        "/s",
+        "/s/deep",
+        "/s/deep/er",
+        "/m",
+        "/m/p1",
+        "/m/p2",
+        "/m/p1/moving",
+    ] {
         v.create_dir(d).unwrap();
     }
     let stable: Vec<String> = (0..8)
@@ -42,8 +50,10 @@ fn a_stable_name_is_never_reported_missing() {
             while !stop.load(Ordering::Relaxed) || n < 10 {
                 for i in (t..8).step_by(2) {
                     for dir in ["/s", "/s/deep/er"] {
-                        v.rename(format!("{dir}/r{i}"), format!("{dir}/r{i}.moved")).unwrap();
-                        v.rename(format!("{dir}/r{i}.moved"), format!("{dir}/r{i}")).unwrap();
+                        v.rename(format!("{dir}/r{i}"), format!("{dir}/r{i}.moved"))
+                            .unwrap();
+                        v.rename(format!("{dir}/r{i}.moved"), format!("{dir}/r{i}"))
+                            .unwrap();
                     }
                 }
                 n += 1;
@@ -58,7 +68,8 @@ fn a_stable_name_is_never_reported_missing() {
                 v.rename("/m/p1/moving", "/m/p2/moving").unwrap();
                 v.rename("/m/p2/moving", "/m/p1/moving").unwrap();
                 v.write("/s/tmp", b"t").unwrap();
-                v.rename_with("/s/tmp", "/s/r0", RenameFlags::NOREPLACE).ok();
+                v.rename_with("/s/tmp", "/s/r0", RenameFlags::NOREPLACE)
+                    .ok();
                 v.remove_file("/s/tmp").ok();
             }
         }));
@@ -67,8 +78,13 @@ fn a_stable_name_is_never_reported_missing() {
     let barrier = Arc::new(Barrier::new(3));
     let readers: Vec<_> = (0..2)
         .map(|_| {
-            let (v, stable, fnn, lookups, barrier) =
-                (v.clone(), stable.clone(), false_negatives.clone(), lookups.clone(), barrier.clone());
+            let (v, stable, fnn, lookups, barrier) = (
+                v.clone(),
+                stable.clone(),
+                false_negatives.clone(),
+                lookups.clone(),
+                barrier.clone(),
+            );
             thread::spawn(move || {
                 barrier.wait();
                 for _ in 0..scaled(10_000) {
@@ -127,8 +143,13 @@ fn published_creates_and_unlinks_are_seen_at_once() {
         })
     };
     let reader = {
-        let (v, published, started, wrong, checked) =
-            (v.clone(), published.clone(), started.clone(), wrong.clone(), checked.clone());
+        let (v, published, started, wrong, checked) = (
+            v.clone(),
+            published.clone(),
+            started.clone(),
+            wrong.clone(),
+            checked.clone(),
+        );
         thread::spawn(move || loop {
             let r = published.load(Ordering::Acquire);
             if r == 0 {

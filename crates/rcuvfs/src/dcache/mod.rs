@@ -111,7 +111,13 @@ impl Dcache {
             root: NONE,
         };
         // The root's implicit lookup reference is not ours to forget.
-        st.inodes.insert(root_ino, InodeRec { refs: 0, nlookup: 0 });
+        st.inodes.insert(
+            root_ino,
+            InodeRec {
+                refs: 0,
+                nlookup: 0,
+            },
+        );
         counters.inodes.fetch_add(1, Ordering::Relaxed);
         let d = Dentry {
             parent: NONE,
@@ -129,11 +135,18 @@ impl Dcache {
         st.root = 0;
         st.slots[0].as_mut().unwrap().parent = 0;
         counters.dentries.fetch_add(1, Ordering::Relaxed);
-        Ok(Dcache { state: Mutex::new(st), counters })
+        Ok(Dcache {
+            state: Mutex::new(st),
+            counters,
+        })
     }
 
     pub fn lock<'a>(&'a self, fs: &'a dyn FileSystem) -> Ns<'a> {
-        Ns { st: self.state.lock(), fs, counters: &self.counters }
+        Ns {
+            st: self.state.lock(),
+            fs,
+            counters: &self.counters,
+        }
     }
 }
 
@@ -198,7 +211,10 @@ impl Ns<'_> {
         let counters = self.counters;
         let rec = self.st.inodes.entry(ino).or_insert_with(|| {
             counters.inodes.fetch_add(1, Ordering::Relaxed);
-            InodeRec { refs: 0, nlookup: 0 }
+            InodeRec {
+                refs: 0,
+                nlookup: 0,
+            }
         });
         rec.nlookup += 1;
         rec.refs += 1;
@@ -335,7 +351,10 @@ impl Ns<'_> {
     pub fn d_lookup_cached(&self, parent: DentryId, name: &[u8]) -> Option<DentryId> {
         // One allocation per probe: the global mode is the baseline, not the
         // fast path.
-        self.st.hash.get(&(parent, Box::<[u8]>::from(name))).copied()
+        self.st
+            .hash
+            .get(&(parent, Box::<[u8]>::from(name)))
+            .copied()
     }
 
     /// Looks `name` up in `parent`: from the cache (revalidated by the
@@ -400,7 +419,14 @@ impl Ns<'_> {
 
     /// Records a rename the filesystem just made (`d_move`). `src` is the
     /// cached dentry of the old name, `dst` that of the new name, if cached.
-    pub fn d_move(&mut self, src: DentryId, new_parent: DentryId, new_name: &[u8], dst: Option<DentryId>, exchange: bool) {
+    pub fn d_move(
+        &mut self,
+        src: DentryId,
+        new_parent: DentryId,
+        new_name: &[u8],
+        dst: Option<DentryId>,
+        exchange: bool,
+    ) {
         if exchange {
             let dst = dst.expect("exchange target is cached");
             let (sp, sn) = (self.d(src).parent, self.d(src).name.clone());
@@ -469,7 +495,10 @@ impl Ns<'_> {
             .filter(|&i| self.st.slots[i as usize].is_some())
             .collect();
         for id in ids {
-            if self.st.slots[id as usize].is_some() && self.d(id).refcount == 0 && self.d(id).first_child == NONE {
+            if self.st.slots[id as usize].is_some()
+                && self.d(id).refcount == 0
+                && self.d(id).first_child == NONE
+            {
                 self.d_drop(id);
             }
         }
@@ -488,10 +517,19 @@ impl Drop for Dcache {
     fn drop(&mut self) {
         let st = &mut *self.state.lock();
         let live = st.slots.iter().filter(|s| s.is_some()).count() as i64;
-        let negative = st.slots.iter().flatten().filter(|d| d.ino.is_none()).count() as i64;
+        let negative = st
+            .slots
+            .iter()
+            .flatten()
+            .filter(|d| d.ino.is_none())
+            .count() as i64;
         self.counters.dentries.fetch_sub(live, Ordering::Relaxed);
-        self.counters.negative.fetch_sub(negative, Ordering::Relaxed);
-        self.counters.inodes.fetch_sub(st.inodes.len() as i64, Ordering::Relaxed);
+        self.counters
+            .negative
+            .fetch_sub(negative, Ordering::Relaxed);
+        self.counters
+            .inodes
+            .fetch_sub(st.inodes.len() as i64, Ordering::Relaxed);
         st.slots.clear();
         st.hash.clear();
         st.inodes.clear();

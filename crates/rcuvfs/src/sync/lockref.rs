@@ -73,7 +73,9 @@ pub struct Lockref {
 
 impl Lockref {
     pub fn new(count: i32) -> Self {
-        Self { word: AtomicU64::new(with_count(0, count)) }
+        Self {
+            word: AtomicU64::new(with_count(0, count)),
+        }
     }
 
     /// Runs the lockless fast path: applies `step` to the count while the
@@ -81,14 +83,23 @@ impl Lockref {
     /// state the fast path may not change). Returns `Ok(new count)`, or
     /// `Err(())` if the lock was held, `step` gave up, or the CAS kept losing.
     #[inline(always)]
-    fn cmpxchg_loop(&self, success: Ordering, step: impl Fn(i32) -> Option<i32>) -> Result<i32, ()> {
+    fn cmpxchg_loop(
+        &self,
+        success: Ordering,
+        step: impl Fn(i32) -> Option<i32>,
+    ) -> Result<i32, ()> {
         let mut old = self.word.load(Ordering::Relaxed);
         for _ in 0..CAS_RETRIES {
             if old & LOCKED != 0 {
                 return Err(());
             }
             let new_count = step(count_of(old)).ok_or(())?;
-            match self.word.compare_exchange_weak(old, with_count(old, new_count), success, Ordering::Relaxed) {
+            match self.word.compare_exchange_weak(
+                old,
+                with_count(old, new_count),
+                success,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return Ok(new_count),
                 Err(cur) => {
                     old = cur;
@@ -102,7 +113,10 @@ impl Lockref {
     /// Takes a reference unconditionally (`lockref_get`).
     #[inline]
     pub fn get(&self) {
-        if self.cmpxchg_loop(Ordering::Relaxed, |c| Some(c + 1)).is_err() {
+        if self
+            .cmpxchg_loop(Ordering::Relaxed, |c| Some(c + 1))
+            .is_err()
+        {
             let mut g = self.lock();
             let c = g.count();
             g.set_count(c + 1);
@@ -152,7 +166,8 @@ impl Lockref {
     /// path itself.
     #[inline]
     pub fn put_return(&self) -> Option<i32> {
-        self.cmpxchg_loop(Ordering::Release, |c| (c > 0).then_some(c - 1)).ok()
+        self.cmpxchg_loop(Ordering::Release, |c| (c > 0).then_some(c - 1))
+            .ok()
     }
 
     /// Drops a reference if it is not the last one, else locks
@@ -161,7 +176,10 @@ impl Lockref {
     /// less, unchanged: the caller decides the object's fate under the lock.
     #[inline]
     pub fn put_or_lock(&self) -> Option<LockrefGuard<'_>> {
-        if self.cmpxchg_loop(Ordering::Release, |c| (c > 1).then_some(c - 1)).is_ok() {
+        if self
+            .cmpxchg_loop(Ordering::Release, |c| (c > 1).then_some(c - 1))
+            .is_ok()
+        {
             return None;
         }
         let mut g = self.lock();

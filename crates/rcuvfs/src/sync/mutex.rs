@@ -32,12 +32,16 @@ pub struct RawMutex {
 impl RawMutex {
     #[cfg(not(loom))]
     pub const fn new() -> Self {
-        Self { state: AtomicU8::new(0) }
+        Self {
+            state: AtomicU8::new(0),
+        }
     }
 
     #[cfg(loom)]
     pub fn new() -> Self {
-        Self { state: AtomicU8::new(0) }
+        Self {
+            state: AtomicU8::new(0),
+        }
     }
 
     #[inline]
@@ -89,7 +93,9 @@ impl RawMutex {
             {
                 continue;
             }
-            park(self.addr(), || self.state.load(Ordering::Relaxed) == LOCKED | PARKED);
+            park(self.addr(), || {
+                self.state.load(Ordering::Relaxed) == LOCKED | PARKED
+            });
             spins = 0;
         }
     }
@@ -127,7 +133,10 @@ unsafe impl<T: Send> Sync for Mutex<T> {}
 
 impl<T> Mutex<T> {
     pub fn new(value: T) -> Self {
-        Self { raw: RawMutex::new(), data: UnsafeCell::new(value) }
+        Self {
+            raw: RawMutex::new(),
+            data: UnsafeCell::new(value),
+        }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, T> {

@@ -53,7 +53,9 @@ pub struct SeqCount {
 
 impl SeqCount {
     pub fn new() -> Self {
-        Self { seq: AtomicU32::new(0) }
+        Self {
+            seq: AtomicU32::new(0),
+        }
     }
 
     /// Starts a read section. Returns the even count to pass to
@@ -161,7 +163,10 @@ impl Drop for SeqLockReadGuard<'_> {
 
 impl SeqLock {
     pub fn new() -> Self {
-        Self { seq: SeqCount::new(), lock: RawMutex::new() }
+        Self {
+            seq: SeqCount::new(),
+            lock: RawMutex::new(),
+        }
     }
 
     pub fn seqcount(&self) -> &SeqCount {
@@ -235,7 +240,12 @@ mod tests {
         };
         let mut torn = 0;
         while !stop.load(Ordering::Relaxed) {
-            let (a, b) = lock.0.read(|| (lock.1.load(Ordering::Relaxed), lock.2.load(Ordering::Relaxed)));
+            let (a, b) = lock.0.read(|| {
+                (
+                    lock.1.load(Ordering::Relaxed),
+                    lock.2.load(Ordering::Relaxed),
+                )
+            });
             torn += u32::from(a != b);
         }
         writer.join().unwrap();

@@ -1,0 +1,38 @@
+//! `rcuvfs`: the command-line front end.
+//!
+//! `rcuvfs bench` measures the library against the host kernel. This first
+//! version runs the stat workloads in the `global` mode (the foundation's
+//! globally locked dcache) against the `host` peer; the lab adds the other
+//! modes and workloads to the same registry.
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "rcuvfs",
+    version,
+    about = "A userspace VFS with the Linux dcache's scalability design"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the lab's workloads and print ops/s per mode and thread count.
+    Bench(bench::BenchArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Bench(args) => bench::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("rcuvfs: {e}");
+        std::process::exit(1);
+    }
+}
