@@ -43,3 +43,8 @@ pub use {
     fs::{FileSystem, FileType, RenameFlags, SetAttr, SetTime},
     vfs::{DirEntry, Entry, Metadata, Permissions, ReadDir, Stats, Vfs, VfsBuilder},
 };
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
