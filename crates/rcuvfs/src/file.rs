@@ -3,14 +3,16 @@
 //!
 //! A `File` holds a reference on its in-core inode, so an unlinked file that
 //! is still open keeps its data until its last handle closes. File data goes
-//! straight to the filesystem: no namespace lock is taken.
+//! straight to the filesystem: no namespace lock is taken. `metadata` reads
+//! the cached attributes; writes refresh them.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
 use crate::error::{fail, Result, EBADF, EINVAL, EISDIR};
 use crate::fs::{FileType, Ino, SetAttr, WritePos};
-use crate::vfs::{Metadata, Shared};
+use crate::inode::Inode;
+use crate::vfs::{touch_atime, Metadata, Shared};
 
 /// How to open a file, as `std::fs::OpenOptions` (plus `mode` and
 /// `nofollow`).
@@ -110,6 +112,8 @@ impl OpenOptions {
 /// An open file.
 pub struct File {
     shared: Arc<Shared>,
+    /// Counted: `File::new` is handed a reference, `Drop` returns it.
+    inode: *const Inode,
     ino: Ino,
     kind: FileType,
     readable: bool,
@@ -119,16 +123,23 @@ pub struct File {
 }
 
 impl File {
-    pub(crate) fn new(shared: Arc<Shared>, ino: Ino, kind: FileType, opts: &OpenOptions) -> File {
+    /// The caller passes one reference on `inode` to the file.
+    pub(crate) fn new(shared: Arc<Shared>, inode: &Inode, opts: &OpenOptions) -> File {
         File {
             shared,
-            ino,
-            kind,
+            inode,
+            ino: inode.ino,
+            kind: inode.kind,
             readable: opts.read,
             writable: opts.writes(),
             append: opts.append,
             pos: 0,
         }
+    }
+
+    fn inode(&self) -> &Inode {
+        // SAFETY: the file owns a reference on its inode.
+        unsafe { &*self.inode }
     }
 
     pub fn ino(&self) -> Ino {
@@ -143,7 +154,9 @@ impl File {
         if self.kind == FileType::Dir {
             return fail(EISDIR);
         }
-        self.shared.fs.read(self.ino, offset, buf)
+        let n = self.shared.fs().read(self.ino, offset, buf)?;
+        touch_atime(&self.shared, self.inode());
+        Ok(n)
     }
 
     /// `pwrite`. (Unlike Linux, an append-mode file writes at `offset`.)
@@ -151,7 +164,10 @@ impl File {
         if !self.writable {
             return fail(EBADF);
         }
-        self.shared.fs.write(self.ino, WritePos::At(offset), buf)?;
+        self.shared
+            .fs()
+            .write(self.ino, WritePos::At(offset), buf)?;
+        self.inode().refresh(self.shared.fs());
         Ok(buf.len())
     }
 
@@ -160,24 +176,25 @@ impl File {
         if !self.writable {
             return fail(EINVAL);
         }
-        self.shared.fs.setattr(
+        let a = self.shared.fs().setattr(
             self.ino,
             &SetAttr {
                 size: Some(size),
                 ..SetAttr::default()
             },
         )?;
+        self.inode().set_attr(&a);
         Ok(())
     }
 
     /// `fstat`.
     pub fn metadata(&self) -> Result<Metadata> {
-        Ok(Metadata(self.shared.fs.getattr(self.ino)?))
+        Ok(Metadata(self.inode().attr()))
     }
 
     /// `fsync`.
     pub fn sync_all(&self) -> Result<()> {
-        self.shared.fs.fsync(self.ino)
+        self.shared.fs().fsync(self.ino)
     }
 
     /// Writes `buf` at the end of the file, atomically with respect to
@@ -186,7 +203,9 @@ impl File {
         if !self.writable {
             return fail(EBADF);
         }
-        self.shared.fs.write(self.ino, WritePos::Append, buf)
+        let at = self.shared.fs().write(self.ino, WritePos::Append, buf)?;
+        self.inode().refresh(self.shared.fs());
+        Ok(at)
     }
 }
 
@@ -234,9 +253,18 @@ impl Seek for File {
 
 impl Drop for File {
     fn drop(&mut self) {
-        self.shared.lock().iput(self.ino);
+        let dc = &self.shared.dc;
+        // SAFETY: the file owns this reference.
+        unsafe { dc.itable.iput(self.inode, &*dc.fs, &dc.rcu, &dc.counters) };
     }
 }
+
+// SAFETY: the inode pointer is a counted reference to a Sync object; the
+// rest of the file is plain data.
+unsafe impl Send for File {}
+// SAFETY: `&File` only reads through the inode, whose fields are atomics or
+// behind locks.
+unsafe impl Sync for File {}
 
 impl std::fmt::Debug for File {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -30,6 +30,10 @@ pub mod file;
 #[cfg(not(loom))]
 pub mod fs;
 #[cfg(not(loom))]
+pub(crate) mod inode;
+#[cfg(not(loom))]
+pub mod modes;
+#[cfg(not(loom))]
 pub mod namei;
 #[cfg(not(loom))]
 pub mod time;
@@ -41,6 +45,7 @@ pub use {
     cred::Cred,
     file::{File, OpenOptions},
     fs::{FileSystem, FileType, RenameFlags, SetAttr, SetTime},
+    modes::RefMode,
     vfs::{DirEntry, Entry, Metadata, Permissions, ReadDir, Stats, Vfs, VfsBuilder},
 };
 

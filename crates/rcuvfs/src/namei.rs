@@ -1,5 +1,5 @@
-//! Path walk (Linux `fs/namei.c`, REF-walk under the global lock in this
-//! version): name syntax, ".", "..", symlinks, and trailing slashes.
+//! Path walk (Linux `fs/namei.c`): RCU-walk first, REF-walk as the
+//! fallback; name syntax, ".", "..", symlinks and trailing slashes.
 //!
 //! Rules, as in Linux:
 //! - an empty path is ENOENT; a path of `PATH_MAX` (4096) bytes or more, or a
@@ -11,11 +11,33 @@
 //!   [`MAX_SYMLINKS`] in one walk is ELOOP;
 //! - ".." at the root stays at the root;
 //! - a trailing slash requires the final object to be a directory.
+//!
+//! # RCU-walk
+//!
+//! [`Dcache::walk_rcu`] takes no lock, no reference, and stores nothing. It
+//! holds a (dentry, sequence count) pair and steps hand over hand: it finds
+//! the child with [`Dcache::lookup_rcu`], then checks that the parent's count
+//! has not moved, so the child was found under a parent that was at that
+//! place all along; the child's count then guards the next step. The caller
+//! validates the final pair after reading what it needs. On anything it
+//! cannot finish without the filesystem or a lock (a name not cached, a
+//! writer in progress, a failed check, a symlink whose target is not cached)
+//! it gives up and the caller walks again in REF mode. This is Linux's
+//! restart-from-the-start fallback; "legitimizing" the partial walk is left
+//! out because every operation here restarts cheaply from a held start.
+//!
+//! # REF-walk
+//!
+//! Holds a counted reference on each component in turn. A cached name is
+//! found with `d_lookup` (retried while a rename runs, so a rename never
+//! hides a stable name); a miss takes the directory's lock and asks the
+//! filesystem, caching the answer, a negative one included.
 
 use crate::cred::{Cred, MAY_EXEC};
-use crate::dcache::{DentryId, Ns};
-use crate::error::{fail, Result, EACCES, EINVAL, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR};
-use crate::fs::{Attr, FileType};
+use crate::dcache::{DRef, Dcache, Dentry};
+use crate::error::{errno_of, fail, Result, EACCES, EINVAL, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR};
+use crate::fs::{FileType, Ino};
+use crate::sync::RcuGuard;
 
 pub const PATH_MAX: usize = 4096;
 pub const NAME_MAX: usize = 255;
@@ -63,8 +85,8 @@ pub enum Last<'p> {
 }
 
 /// A walk that stopped before the last component.
-pub struct Parent<'p> {
-    pub dir: DentryId,
+pub(crate) struct Parent<'a, 'p> {
+    pub dir: DRef<'a>,
     pub last: Last<'p>,
     /// The path ended in '/'.
     pub trailing: bool,
@@ -82,44 +104,176 @@ impl<'c> Walk<'c> {
     }
 }
 
-impl Ns<'_> {
-    pub fn attr(&self, id: DentryId) -> Result<Attr> {
-        self.fs.getattr(self.d(id).ino.expect("positive dentry"))
-    }
+fn components(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    path.split(|&b| b == b'/').filter(|c| !c.is_empty())
+}
 
-    pub fn is_dir(&self, id: DentryId) -> bool {
-        self.d(id).kind == Some(FileType::Dir)
-    }
+/// Outcome of an RCU-walk step: `None` means "fall back to REF-walk".
+type Rcu<T> = Option<Result<T>>;
 
-    /// Execute (search) permission on directory `dir`.
-    pub fn may_exec(&self, w: &Walk, dir: DentryId) -> Result<()> {
-        if w.cred.is_root() {
+impl Dcache {
+    /// Execute (search) permission on directory `dir`, from the cached
+    /// attributes (no store).
+    pub fn may_exec(&self, cred: &Cred, dir: &Dentry) -> Result<()> {
+        if cred.is_root() {
             return Ok(()); // root may search any directory
         }
-        if w.cred.may(&self.attr(dir)?, MAY_EXEC) {
-            Ok(())
-        } else {
-            fail(EACCES)
+        match dir.inode() {
+            Some(i) if cred.may(&i.attr(), MAY_EXEC) => Ok(()),
+            Some(_) => fail(EACCES),
+            None => fail(ENOENT),
         }
+    }
+
+    // ---------------------------------------------------------------- RCU
+
+    /// Walks `path` from `(start, seq)` in RCU mode. Returns the final
+    /// dentry (positive) with the sequence count the caller must validate
+    /// after reading it, a validated error, or `None` to fall back.
+    pub fn walk_rcu<'g>(
+        &'g self,
+        guard: &RcuGuard<'_>,
+        w: &mut Walk,
+        start: &'g Dentry,
+        start_seq: u32,
+        path: &[u8],
+        follow: bool,
+    ) -> Rcu<(&'g Dentry, u32)> {
+        if self.fs.revalidates() {
+            return None; // every cached entry must be asked about: REF-walk
+        }
+        let (mut cur, mut seq) = if path.first() == Some(&b'/') {
+            let r = self.root();
+            (r, r.seq.read_begin()?)
+        } else {
+            (start, start_seq)
+        };
+        let trailing = path.last() == Some(&b'/');
+        let mut comps = components(path).peekable();
+        while let Some(c) = comps.next() {
+            let last = comps.peek().is_none();
+            let Some(ci) = cur.inode() else { return None };
+            if ci.kind != FileType::Dir {
+                return validated(cur, seq, ENOTDIR);
+            }
+            if !w.cred.is_root() && !w.cred.may(&ci.attr(), MAY_EXEC) {
+                return validated(cur, seq, EACCES);
+            }
+            match c {
+                b"." => {}
+                b".." => {
+                    if !cur.is_root() {
+                        let p = cur.parent();
+                        let ps = p.seq.raw();
+                        if ps & 1 != 0 || cur.seq.read_retry(seq) {
+                            return None;
+                        }
+                        (cur, seq) = (p, ps);
+                    }
+                }
+                name => {
+                    let (child, cseq) = self.lookup_rcu(guard, cur, name)?;
+                    if cur.seq.read_retry(seq) {
+                        return None;
+                    }
+                    let Some(inode) = child.inode() else {
+                        return validated(child, cseq, ENOENT);
+                    };
+                    if inode.kind == FileType::Symlink && (!last || follow || trailing) {
+                        let target = inode.link.get()?;
+                        if child.seq.read_retry(cseq) {
+                            return None;
+                        }
+                        w.links += 1;
+                        if w.links > MAX_SYMLINKS {
+                            return Some(fail(ELOOP));
+                        }
+                        match self.walk_rcu(guard, w, cur, seq, target, true)? {
+                            Ok(r) => (cur, seq) = r,
+                            Err(e) => return Some(Err(e)),
+                        }
+                    } else {
+                        (cur, seq) = (child, cseq);
+                    }
+                }
+            }
+        }
+        if trailing && !cur.is_dir() {
+            return validated(cur, seq, ENOTDIR);
+        }
+        Some(Ok((cur, seq)))
+    }
+
+    // ---------------------------------------------------------------- REF
+
+    /// Looks `name` up in `dir` and returns a reference to its dentry,
+    /// positive or negative, consulting the filesystem on a miss.
+    pub(crate) fn lookup_ref<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<DRef<'a>> {
+        if let Some(d) = self.lookup_cached(dir, name)? {
+            return Ok(d);
+        }
+        let dir_inode = dir.inode().expect("walk holds a positive directory");
+        let _l = dir_inode.dir_lock.lock();
+        self.lookup_locked(dir, name)
+    }
+
+    /// A cached, revalidated dentry for `name` in `dir`, if any.
+    fn lookup_cached<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<Option<DRef<'a>>> {
+        let Some(d) = self.d_lookup(dir, name) else {
+            return Ok(None);
+        };
+        if self.fs.revalidates() {
+            let dino = dir.inode().expect("positive directory").ino;
+            if let Some(i) = d.inode() {
+                if !self.fs.revalidate(dino, name, i.ino)? {
+                    self.d_invalidate(&d);
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(d))
+    }
+
+    /// Like [`lookup_ref`](Self::lookup_ref), for a caller that holds
+    /// `dir`'s directory lock: the answer cannot change until it lets go.
+    pub(crate) fn lookup_locked<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<DRef<'a>> {
+        if let Some(d) = self.lookup_cached(dir, name)? {
+            return Ok(d);
+        }
+        let dir_ino: Ino = dir.inode().expect("positive directory").ino;
+        match self.fs.lookup(dir_ino, name) {
+            Ok(attr) => {
+                let ip = self.itable.iget(&attr, true, &*self.fs, &self.counters);
+                Ok(self.d_add(dir, name, ip))
+            }
+            Err(e) if errno_of(&e) == ENOENT => Ok(self.d_add(dir, name, std::ptr::null())),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Looks `name` up in `dir`; ENOENT for a negative dentry.
+    pub(crate) fn lookup_positive<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<DRef<'a>> {
+        let d = self.lookup_ref(dir, name)?;
+        if d.inode().is_none() {
+            return fail(ENOENT);
+        }
+        Ok(d)
     }
 
     /// Walks every component but the last, following symlinks, and checks
     /// that the last component's directory may be searched.
-    pub fn walk_parent<'p>(
-        &mut self,
+    pub(crate) fn walk_parent<'a, 'p>(
+        &'a self,
         w: &mut Walk,
-        start: DentryId,
+        start: DRef<'a>,
         path: &'p [u8],
-    ) -> Result<Parent<'p>> {
+    ) -> Result<Parent<'a, 'p>> {
         let mut cur = if path.first() == Some(&b'/') {
-            self.root()
+            self.root_ref()
         } else {
             start
         };
-        let comps: Vec<&[u8]> = path
-            .split(|&b| b == b'/')
-            .filter(|c| !c.is_empty())
-            .collect();
+        let comps: Vec<&[u8]> = components(path).collect();
         let Some((&last, inner)) = comps.split_last() else {
             return Ok(Parent {
                 dir: cur,
@@ -130,10 +284,10 @@ impl Ns<'_> {
         for &comp in inner {
             cur = self.step(w, cur, comp)?;
         }
-        if !self.is_dir(cur) {
+        if !cur.is_dir() {
             return fail(ENOTDIR);
         }
-        self.may_exec(w, cur)?;
+        self.may_exec(w.cred, &cur)?;
         let last = match last {
             b"." => Last::Dot,
             b".." => Last::DotDot,
@@ -147,52 +301,65 @@ impl Ns<'_> {
     }
 
     /// One intermediate component: the result is a directory.
-    fn step(&mut self, w: &mut Walk, dir: DentryId, comp: &[u8]) -> Result<DentryId> {
-        if !self.is_dir(dir) {
+    fn step<'a>(&'a self, w: &mut Walk, dir: DRef<'a>, comp: &[u8]) -> Result<DRef<'a>> {
+        if !dir.is_dir() {
             return fail(ENOTDIR);
         }
-        self.may_exec(w, dir)?;
+        self.may_exec(w.cred, &dir)?;
         let d = match comp {
             b"." => dir,
-            b".." => self.parent(dir),
+            b".." => self.parent_ref(&dir),
             name => {
-                let d = self.lookup_positive(dir, name)?;
-                if self.d(d).kind == Some(FileType::Symlink) {
-                    self.follow_link(w, dir, d)?
+                let d = self.lookup_positive(&dir, name)?;
+                if d.inode().is_some_and(|i| i.kind == FileType::Symlink) {
+                    self.follow_link(w, dir, &d)?
                 } else {
                     d
                 }
             }
         };
-        if !self.is_dir(d) {
+        if !d.is_dir() {
             return fail(ENOTDIR);
         }
         Ok(d)
     }
 
-    /// Looks `name` up in `dir`; ENOENT for a negative dentry.
-    pub fn lookup_positive(&mut self, dir: DentryId, name: &[u8]) -> Result<DentryId> {
-        let d = self.d_lookup(dir, name)?;
-        if self.d(d).ino.is_none() {
-            return fail(ENOENT);
+    /// A reference to `d`'s parent (`dget_parent`, lockless: the parent is
+    /// pinned by `d`, which the caller holds).
+    pub(crate) fn parent_ref<'a>(&'a self, d: &DRef<'a>) -> DRef<'a> {
+        if d.is_root() {
+            return d.clone_ref();
         }
-        Ok(d)
+        let _g = self.rcu.read_lock();
+        let p = d.parent();
+        p.lockref.get();
+        // SAFETY: we just took this reference.
+        unsafe { DRef::adopt(self, p) }
     }
 
     /// Resolves symlink `link` found in `dir`, following the target's last
     /// component too.
-    pub fn follow_link(&mut self, w: &mut Walk, dir: DentryId, link: DentryId) -> Result<DentryId> {
+    pub(crate) fn follow_link<'a>(
+        &'a self,
+        w: &mut Walk,
+        dir: DRef<'a>,
+        link: &Dentry,
+    ) -> Result<DRef<'a>> {
         let target = self.link_target(w, link)?;
         self.walk(w, dir, &target, true)
     }
 
     /// Reads a symlink's target, counting it against the walk's budget.
-    pub fn link_target(&mut self, w: &mut Walk, link: DentryId) -> Result<Vec<u8>> {
+    pub(crate) fn link_target(&self, w: &mut Walk, link: &Dentry) -> Result<Vec<u8>> {
         w.links += 1;
         if w.links > MAX_SYMLINKS {
             return fail(ELOOP);
         }
-        let target = self.fs.readlink(self.d(link).ino.expect("positive"))?;
+        let inode = link.inode().expect("positive symlink");
+        let target = match inode.link.get() {
+            Some(t) => t.to_vec(),
+            None => self.fs.readlink(inode.ino)?,
+        };
         if target.is_empty() {
             return fail(ENOENT);
         }
@@ -202,32 +369,49 @@ impl Ns<'_> {
 
     /// Walks a whole path to a positive dentry. `follow`: follow a symlink
     /// in the last component.
-    pub fn walk(
-        &mut self,
+    pub(crate) fn walk<'a>(
+        &'a self,
         w: &mut Walk,
-        start: DentryId,
+        start: DRef<'a>,
         path: &[u8],
         follow: bool,
-    ) -> Result<DentryId> {
+    ) -> Result<DRef<'a>> {
         let p = self.walk_parent(w, start, path)?;
-        self.walk_last(w, &p, follow)
+        self.walk_last(w, p, follow)
     }
 
     /// Resolves the last component of a parent walk.
-    pub fn walk_last(&mut self, w: &mut Walk, p: &Parent, follow: bool) -> Result<DentryId> {
+    pub(crate) fn walk_last<'a>(
+        &'a self,
+        w: &mut Walk,
+        p: Parent<'a, '_>,
+        follow: bool,
+    ) -> Result<DRef<'a>> {
         match p.last {
             Last::Root | Last::Dot => Ok(p.dir),
-            Last::DotDot => Ok(self.parent(p.dir)),
+            Last::DotDot => Ok(self.parent_ref(&p.dir)),
             Last::Normal(name) => {
-                let mut d = self.lookup_positive(p.dir, name)?;
-                if self.d(d).kind == Some(FileType::Symlink) && (follow || p.trailing) {
-                    d = self.follow_link(w, p.dir, d)?;
+                let mut d = self.lookup_positive(&p.dir, name)?;
+                if d.inode().is_some_and(|i| i.kind == FileType::Symlink) && (follow || p.trailing)
+                {
+                    d = self.follow_link(w, p.dir, &d)?;
                 }
-                if p.trailing && !self.is_dir(d) {
+                if p.trailing && !d.is_dir() {
                     return fail(ENOTDIR);
                 }
                 Ok(d)
             }
         }
+    }
+}
+
+/// Returns `errno` if `d`'s count still reads `seq` (the observation that
+/// led to the error was consistent), else falls back.
+#[inline]
+fn validated<T>(d: &Dentry, seq: u32, errno: i32) -> Rcu<T> {
+    if d.seq.read_retry(seq) {
+        None
+    } else {
+        Some(fail(errno))
     }
 }

@@ -6,6 +6,18 @@
 //! working directory. A failed call changes nothing, except
 //! [`Vfs::create_dir_all`] and [`Vfs::remove_dir_all`], which, as in
 //! `std::fs`, may stop partway and leave what they already did.
+//!
+//! # Locks taken by namespace operations
+//!
+//! | lock                    | held over                                              |
+//! |-------------------------|--------------------------------------------------------|
+//! | `Shared::global`        | the whole operation, in the `global` mode only          |
+//! | `Shared::rename_mutex`  | a rename between two directories (`s_vfs_rename_mutex`): the tree's shape above them cannot change while the ancestry checks run |
+//! | `Inode::dir_lock`       | a directory while a name in it is created, removed, renamed, or looked up in the filesystem |
+//!
+//! Order: `global`, then `rename_mutex`, then directory locks (an ancestor
+//! before its descendant; unrelated directories by address), then the
+//! dcache's own locks (see `dcache`).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
@@ -13,29 +25,39 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::cred::{Cred, MAY_READ, MAY_WRITE};
-use crate::dcache::{Dcache, DentryId, LiveCounters, Ns};
+use crate::cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
+use crate::dcache::{DRef, Dcache, Dentry, LiveCounters};
 use crate::error::{
     errno_of, fail, Result, EACCES, EBUSY, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT, ENOTDIR,
-    ENOTEMPTY, EPERM,
+    ENOTEMPTY, EPERM, EXDEV,
 };
 use crate::file::{File, OpenOptions};
 use crate::fs::memfs::{AtimePolicy, MemFs, MemFsOptions};
 use crate::fs::{
     Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec,
 };
+use crate::inode::Inode;
+use crate::modes::RefMode;
 use crate::namei::{check_name, check_path, Last, Parent, Walk};
+use crate::sync::{Mutex, MutexGuard};
 
 pub(crate) struct Shared {
-    // Field order is drop order: the dcache returns its inodes before the
-    // filesystem goes.
-    pub dcache: Dcache,
-    pub fs: Arc<dyn FileSystem>,
+    pub dc: Dcache,
+    pub mode: RefMode,
+    pub atime: AtimePolicy,
+    global: Mutex<()>,
+    rename_mutex: Mutex<()>,
 }
 
 impl Shared {
-    pub fn lock(&self) -> Ns<'_> {
-        self.dcache.lock(&*self.fs)
+    /// The global lock, in the `global` mode.
+    #[inline]
+    fn global(&self) -> Option<MutexGuard<'_, ()>> {
+        self.mode.takes_global_lock().then(|| self.global.lock())
+    }
+
+    pub fn fs(&self) -> &dyn FileSystem {
+        &*self.dc.fs
     }
 }
 
@@ -55,6 +77,8 @@ pub struct VfsBuilder {
     fs: Option<Arc<dyn FileSystem>>,
     memfs: MemFsOptions,
     umask: u32,
+    mode: RefMode,
+    buckets: usize,
 }
 
 impl VfsBuilder {
@@ -70,7 +94,7 @@ impl VfsBuilder {
         self
     }
 
-    /// memfs: when reads update atime (relatime by default).
+    /// When reads update atime (relatime by default).
     pub fn atime(mut self, policy: AtimePolicy) -> Self {
         self.memfs.atime = policy;
         self
@@ -82,6 +106,18 @@ impl VfsBuilder {
         self
     }
 
+    /// How lookups take references (see [`RefMode`]); `norefs` by default.
+    pub fn mode(mut self, mode: RefMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Buckets in the dentry hash table (a power of two; 65536 by default).
+    pub fn hash_buckets(mut self, n: usize) -> Self {
+        self.buckets = n;
+        self
+    }
+
     /// Serves `fs` instead of a fresh memfs.
     pub fn filesystem(mut self, fs: Arc<dyn FileSystem>) -> Self {
         self.fs = Some(fs);
@@ -90,9 +126,16 @@ impl VfsBuilder {
 
     pub fn build(self) -> Result<Vfs> {
         let fs = self.fs.unwrap_or_else(|| Arc::new(MemFs::new(self.memfs)));
-        let dcache = Dcache::new(&*fs)?;
+        let dc = Dcache::new(fs, self.buckets)?;
+        let shared = Shared {
+            dc,
+            mode: self.mode,
+            atime: self.memfs.atime,
+            global: Mutex::new(()),
+            rename_mutex: Mutex::new(()),
+        };
         Ok(Vfs {
-            shared: Arc::new(Shared { dcache, fs }),
+            shared: Arc::new(shared),
             cred: Arc::new(Cred::root()),
             cwd: None,
             umask: self.umask,
@@ -105,38 +148,49 @@ impl VfsBuilder {
 /// removed it still refers to the (unlinked) object. Released on drop.
 pub struct Entry {
     shared: Arc<Shared>,
-    id: DentryId,
-    ino: Ino,
-    kind: FileType,
+    d: *const Dentry,
 }
 
+// SAFETY: the dentry is reference-counted and all its shared fields are
+// atomics; the reference this handle owns may be dropped from any thread.
+unsafe impl Send for Entry {}
+// SAFETY: as above; `&Entry` only reads.
+unsafe impl Sync for Entry {}
+
 impl Entry {
-    fn new(shared: &Arc<Shared>, ns: &mut Ns, id: DentryId) -> Entry {
-        ns.dget(id);
-        let d = ns.d(id);
+    fn from_ref(shared: &Arc<Shared>, d: DRef<'_>) -> Entry {
         Entry {
             shared: shared.clone(),
-            id,
-            ino: d.ino.expect("positive"),
-            kind: d.kind.expect("positive"),
+            d: d.into_raw(),
         }
     }
 
+    fn dentry(&self) -> &Dentry {
+        // SAFETY: this handle owns a reference.
+        unsafe { &*self.d }
+    }
+
+    fn inode(&self) -> &Inode {
+        self.dentry()
+            .inode()
+            .expect("handles refer to positive dentries")
+    }
+
     pub fn ino(&self) -> Ino {
-        self.ino
+        self.inode().ino
     }
 
     pub fn file_type(&self) -> FileType {
-        self.kind
+        self.inode().kind
     }
 
     pub fn is_dir(&self) -> bool {
-        self.kind == FileType::Dir
+        self.file_type() == FileType::Dir
     }
 
-    /// The attributes of the object (`fstat`).
+    /// The attributes of the object (`fstat`), from the cache.
     pub fn metadata(&self) -> Result<Metadata> {
-        Ok(Metadata(self.shared.fs.getattr(self.ino)?))
+        Ok(Metadata(self.inode().attr()))
     }
 
     /// Releases the reference now (the same as dropping it).
@@ -146,34 +200,32 @@ impl Entry {
         if Arc::ptr_eq(&self.shared, shared) {
             Ok(())
         } else {
-            fail(crate::error::EXDEV)
+            fail(EXDEV)
         }
     }
 }
 
 impl Clone for Entry {
     fn clone(&self) -> Entry {
-        self.shared.lock().dget(self.id);
+        self.dentry().lockref.get();
         Entry {
             shared: self.shared.clone(),
-            id: self.id,
-            ino: self.ino,
-            kind: self.kind,
+            d: self.d,
         }
     }
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        self.shared.lock().dput(self.id);
+        self.shared.dc.dput(self.dentry());
     }
 }
 
 impl std::fmt::Debug for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Entry")
-            .field("ino", &self.ino)
-            .field("kind", &self.kind)
+            .field("ino", &self.ino())
+            .field("kind", &self.file_type())
             .finish()
     }
 }
@@ -322,8 +374,36 @@ impl Default for Vfs {
     }
 }
 
+/// Locks two directories for a rename in the order of the lock table:
+/// ancestor first, unrelated ones by address.
+fn lock_two<'a>(
+    dc: &Dcache,
+    a: &'a Dentry,
+    b: &'a Dentry,
+) -> (MutexGuard<'a, ()>, Option<MutexGuard<'a, ()>>) {
+    let (ia, ib) = (a.inode().expect("dir"), b.inode().expect("dir"));
+    if std::ptr::eq(a, b) {
+        return (ia.dir_lock.lock(), None);
+    }
+    let a_first = if dc.is_ancestor(a, b) {
+        true
+    } else if dc.is_ancestor(b, a) {
+        false
+    } else {
+        (a as *const Dentry) < (b as *const Dentry)
+    };
+    if a_first {
+        let g = ia.dir_lock.lock();
+        (g, Some(ib.dir_lock.lock()))
+    } else {
+        let g = ib.dir_lock.lock();
+        (g, Some(ia.dir_lock.lock()))
+    }
+}
+
 impl Vfs {
-    /// A `Vfs` over a fresh in-memory filesystem, seen as root.
+    /// A `Vfs` over a fresh in-memory filesystem, seen as root, in the
+    /// default mode.
     pub fn new() -> Vfs {
         Vfs::builder().build().expect("a fresh memfs has a root")
     }
@@ -333,6 +413,8 @@ impl Vfs {
             fs: None,
             memfs: MemFsOptions::default(),
             umask: 0o022,
+            mode: RefMode::default(),
+            buckets: 1 << 16,
         }
     }
 
@@ -351,6 +433,10 @@ impl Vfs {
         &self.cred
     }
 
+    pub fn mode(&self) -> RefMode {
+        self.shared.mode
+    }
+
     pub fn umask(&self) -> u32 {
         self.umask
     }
@@ -365,22 +451,18 @@ impl Vfs {
         if !e.is_dir() {
             return fail(ENOTDIR);
         }
-        {
-            let ns = self.shared.lock();
-            let w = Walk::new(&self.cred);
-            ns.may_exec(&w, e.id)?;
-        }
+        self.shared.dc.may_exec(&self.cred, e.dentry())?;
         self.cwd = Some(e);
         Ok(())
     }
 
     /// The filesystem under this Vfs.
     pub fn filesystem(&self) -> &Arc<dyn FileSystem> {
-        &self.shared.fs
+        &self.shared.dc.fs
     }
 
     pub fn stats(&self) -> Stats {
-        let c = &self.shared.dcache.counters;
+        let c = &self.shared.dc.counters;
         Stats {
             dentries: c.dentries(),
             negative_dentries: c.negative_dentries(),
@@ -391,46 +473,58 @@ impl Vfs {
     /// The counters, readable after the `Vfs` and all its handles are gone:
     /// teardown brings them to zero.
     pub fn live_counters(&self) -> Arc<LiveCounters> {
-        self.shared.dcache.counters.clone()
+        self.shared.dc.counters.clone()
     }
 
-    /// Drops every unused dentry (like `echo 2 > drop_caches`). The
-    /// filesystem keeps its truth; later lookups find it again.
+    /// Drops every unused dentry (like `echo 2 > drop_caches`), then waits
+    /// out a grace period so their memory is freed. The filesystem keeps its
+    /// truth; later lookups find it again.
     pub fn drop_caches(&self) {
-        self.shared.lock().shrink_all();
+        let _g = self.shared.global();
+        self.shared.dc.shrink_all();
+        self.shared.dc.rcu.synchronize();
     }
 
     /// `statfs`.
     pub fn statfs(&self) -> Result<StatFs> {
-        self.shared.fs.statfs()
+        self.shared.fs().statfs()
     }
 
-    fn start(&self, ns: &Ns, start: Start) -> Result<DentryId> {
+    fn dc(&self) -> &Dcache {
+        &self.shared.dc
+    }
+
+    /// The dentry a walk starts from (not counted).
+    fn start_dentry<'a>(&'a self, start: Start<'a>) -> Result<&'a Dentry> {
         match start {
-            Start::Cwd => Ok(self.cwd.as_ref().map_or(ns.root(), |e| e.id)),
+            Start::Cwd => Ok(self.cwd.as_ref().map_or(self.dc().root(), |e| e.dentry())),
             Start::At(e) => {
                 e.check_same_vfs(&self.shared)?;
-                Ok(e.id)
+                Ok(e.dentry())
             }
         }
     }
 
+    /// A counted reference on the start of a REF-walk.
+    fn start_ref<'a>(&'a self, start: Start<'a>) -> Result<DRef<'a>> {
+        Ok(self.dc().dget(self.start_dentry(start)?))
+    }
+
     fn entry_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Entry> {
         check_path(path)?;
-        let mut ns = self.shared.lock();
-        let s = self.start(&ns, start)?;
+        let _g = self.shared.global();
         let mut w = Walk::new(&self.cred);
-        let id = ns.walk(&mut w, s, path, follow)?;
-        Ok(Entry::new(&self.shared, &mut ns, id))
+        let d = self
+            .dc()
+            .walk(&mut w, self.start_ref(start)?, path, follow)?;
+        Ok(Entry::from_ref(&self.shared, d))
     }
 
     // ---- handles ----
 
     /// The root directory's handle.
     pub fn root_entry(&self) -> Entry {
-        let mut ns = self.shared.lock();
-        let root = ns.root();
-        Entry::new(&self.shared, &mut ns, root)
+        Entry::from_ref(&self.shared, self.dc().root_ref())
     }
 
     /// A handle on `path`, following a final symlink.
@@ -461,6 +555,7 @@ impl Vfs {
     // ---- attributes ----
 
     /// `stat`, following symlinks.
+    #[inline]
     pub fn metadata(&self, path: impl AsRef<Path>) -> Result<Metadata> {
         self.metadata_from(Start::Cwd, bytes(path.as_ref()), true)
     }
@@ -480,13 +575,60 @@ impl Vfs {
         self.metadata_from(Start::At(dir), bytes(path.as_ref()), follow)
     }
 
+    /// The stat of a path: RCU-walk and a read of the attributes under the
+    /// inode's sequence count; REF-walk when that cannot finish.
+    #[inline]
     fn metadata_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Metadata> {
         check_path(path)?;
-        let mut ns = self.shared.lock();
-        let s = self.start(&ns, start)?;
+        let mode = self.shared.mode;
+        if mode.tries_rcu_walk() {
+            if let Some(r) = self.stat_rcu(start, path, follow, mode.stat_pins_final()) {
+                return r.map(Metadata);
+            }
+        }
+        let _g = self.shared.global();
         let mut w = Walk::new(&self.cred);
-        let id = ns.walk(&mut w, s, path, follow)?;
-        Ok(Metadata(ns.attr(id)?))
+        let d = self
+            .dc()
+            .walk(&mut w, self.start_ref(start)?, path, follow)?;
+        let attr = d.inode().expect("positive").attr();
+        Ok(Metadata(attr))
+    }
+
+    /// `None`: fall back to REF-walk.
+    #[inline]
+    fn stat_rcu(&self, start: Start, path: &[u8], follow: bool, pin: bool) -> Option<Result<Attr>> {
+        let dc = self.dc();
+        let s = match self.start_dentry(start) {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        };
+        let guard = dc.rcu.read_lock();
+        let sseq = s.seq.read_begin()?;
+        let mut w = Walk::new(&self.cred);
+        let (d, seq) = match dc.walk_rcu(&guard, &mut w, s, sseq, path, follow)? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
+        if pin {
+            // `rcuwalk`: legitimize the final dentry with a reference
+            // (`lockref_get_not_dead`) and drop it after the read, as
+            // Linux's stat does.
+            if !d.lockref.get_not_dead() {
+                return None;
+            }
+            // SAFETY: we just took this reference.
+            let r = unsafe { DRef::adopt(dc, d) };
+            if d.seq.read_retry(seq) {
+                return None;
+            }
+            return Some(Ok(r.inode()?.attr()));
+        }
+        let attr = d.inode()?.attr();
+        if d.seq.read_retry(seq) {
+            return None;
+        }
+        Some(Ok(attr))
     }
 
     /// Does `path` exist (following symlinks)? Errors other than ENOENT
@@ -562,26 +704,25 @@ impl Vfs {
     /// write permission for a size change.
     pub fn set_attr(&self, entry: &Entry, set: &SetAttr) -> Result<Metadata> {
         entry.check_same_vfs(&self.shared)?;
-        let _ns = self.shared.lock();
-        self.setattr_checked(entry.ino, set).map(Metadata)
+        let _g = self.shared.global();
+        self.setattr_checked(entry.inode(), set).map(Metadata)
     }
 
     fn setattr_from(&self, start: Start, path: &[u8], follow: bool, set: &SetAttr) -> Result<Attr> {
         check_path(path)?;
-        let mut ns = self.shared.lock();
-        let s = self.start(&ns, start)?;
+        let _g = self.shared.global();
         let mut w = Walk::new(&self.cred);
-        let id = ns.walk(&mut w, s, path, follow)?;
-        let ino = ns.d(id).ino.expect("positive");
-        self.setattr_checked(ino, set)
+        let d = self
+            .dc()
+            .walk(&mut w, self.start_ref(start)?, path, follow)?;
+        self.setattr_checked(d.inode().expect("positive"), set)
     }
 
-    /// `notify_change` with `setattr_prepare`'s checks. Called with the
-    /// namespace lock held (so attributes do not change under the checks).
-    fn setattr_checked(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
-        let fs = &*self.shared.fs;
+    /// `notify_change` with `setattr_prepare`'s checks.
+    fn setattr_checked(&self, inode: &Inode, set: &SetAttr) -> Result<Attr> {
+        let fs = self.shared.fs();
         let cred = &*self.cred;
-        let attr = fs.getattr(ino)?;
+        let attr = inode.attr();
         let mut set = set.clone();
         if set.size.is_some() {
             if attr.kind == FileType::Dir {
@@ -643,7 +784,9 @@ impl Vfs {
                 set.perm = Some(perm);
             }
         }
-        fs.setattr(ino, &set)
+        let new = fs.setattr(inode.ino, &set)?;
+        inode.set_attr(&new);
+        Ok(new)
     }
 
     // ---- creating names ----
@@ -677,12 +820,23 @@ impl Vfs {
     }
 
     /// Write and search permission on a directory (`may_create`).
-    fn may_create(&self, ns: &Ns, dir: DentryId) -> Result<Attr> {
-        let a = ns.attr(dir)?;
-        if !self.cred.may(&a, MAY_WRITE | crate::cred::MAY_EXEC) {
+    fn may_create(&self, dir: &Dentry) -> Result<Attr> {
+        let a = dir.inode().expect("positive directory").attr();
+        if !self.cred.may(&a, MAY_WRITE | MAY_EXEC) {
             return fail(EACCES);
         }
         Ok(a)
+    }
+
+    /// Records a name the filesystem just created in `dir` for the negative
+    /// dentry `d`, and refreshes the directory's cached attributes.
+    fn instantiate(&self, dir: &Dentry, d: &Dentry, attr: &Attr) {
+        let dc = self.dc();
+        let ip = dc.itable.iget(attr, true, self.shared.fs(), &dc.counters);
+        dc.d_instantiate(d, ip);
+        dir.inode()
+            .expect("positive directory")
+            .refresh(self.shared.fs());
     }
 
     /// The common path of mkdir, mknod, symlink: the name must not exist.
@@ -695,24 +849,25 @@ impl Vfs {
         perm: u32,
     ) -> Result<()> {
         check_path(path)?;
-        let mut ns = self.shared.lock();
-        let s = self.start(&ns, start)?;
+        let _g = self.shared.global();
+        let dc = self.dc();
         let mut w = Walk::new(&self.cred);
-        let p = ns.walk_parent(&mut w, s, path)?;
+        let p = dc.walk_parent(&mut w, self.start_ref(start)?, path)?;
         let Last::Normal(name) = p.last else {
             return fail(EEXIST);
         };
-        let existing = ns.d_lookup(p.dir, name)?;
-        if ns.d(existing).ino.is_some() {
+        let _l = p.dir.inode().expect("positive directory").dir_lock.lock();
+        let existing = dc.lookup_locked(&p.dir, name)?;
+        if existing.inode().is_some() {
             return fail(EEXIST);
         }
         if p.trailing && kind != FileType::Dir {
             return fail(ENOENT);
         }
-        let dir_attr = self.may_create(&ns, p.dir)?;
+        let dir_attr = self.may_create(&p.dir)?;
         let (owner, perm) = self.new_owner(&dir_attr, kind, perm);
-        let attr = make(ns.fs, dir_attr.ino, name, owner, perm)?;
-        ns.d_instantiate(p.dir, name, &attr);
+        let attr = make(self.shared.fs(), dir_attr.ino, name, owner, perm)?;
+        self.instantiate(&p.dir, &existing, &attr);
         Ok(())
     }
 
@@ -852,41 +1007,42 @@ impl Vfs {
     fn link_from(&self, src_start: Start, src: &[u8], dst_start: Start, dst: &[u8]) -> Result<()> {
         check_path(src)?;
         check_path(dst)?;
-        let mut ns = self.shared.lock();
-        let (s1, s2) = (self.start(&ns, src_start)?, self.start(&ns, dst_start)?);
+        let _g = self.shared.global();
+        let dc = self.dc();
         let mut w = Walk::new(&self.cred);
-        let src_id = ns.walk(&mut w, s1, src, false)?;
+        let src_d = dc.walk(&mut w, self.start_ref(src_start)?, src, false)?;
         let mut w = Walk::new(&self.cred);
-        let p = ns.walk_parent(&mut w, s2, dst)?;
+        let p = dc.walk_parent(&mut w, self.start_ref(dst_start)?, dst)?;
         let Last::Normal(name) = p.last else {
             return fail(EEXIST);
         };
-        let existing = ns.d_lookup(p.dir, name)?;
-        if ns.d(existing).ino.is_some() {
+        let _l = p.dir.inode().expect("positive directory").dir_lock.lock();
+        let existing = dc.lookup_locked(&p.dir, name)?;
+        if existing.inode().is_some() {
             return fail(EEXIST);
         }
         if p.trailing {
             return fail(ENOENT);
         }
-        let dir_attr = self.may_create(&ns, p.dir)?;
-        if ns.is_dir(src_id) {
+        let dir_attr = self.may_create(&p.dir)?;
+        let src_inode = src_d.inode().expect("positive");
+        if src_inode.kind == FileType::Dir {
             return fail(EPERM);
         }
-        let ino = ns.d(src_id).ino.expect("positive");
-        let attr = ns.fs.link(ino, dir_attr.ino, name)?;
-        ns.d_instantiate(p.dir, name, &attr);
+        let attr = self.shared.fs().link(src_inode.ino, dir_attr.ino, name)?;
+        self.instantiate(&p.dir, &existing, &attr);
         Ok(())
     }
 
     // ---- removing names ----
 
-    /// May `cred` remove the entry `victim` from `dir` (`may_delete`)?
-    fn may_delete(&self, ns: &Ns, dir: DentryId, victim: DentryId, want_dir: bool) -> Result<()> {
-        let dir_attr = ns.attr(dir)?;
-        if !self.cred.may(&dir_attr, MAY_WRITE | crate::cred::MAY_EXEC) {
+    /// May this view remove the entry `victim` from `dir` (`may_delete`)?
+    fn may_delete(&self, dir: &Dentry, victim: &Dentry, want_dir: bool) -> Result<()> {
+        let dir_attr = dir.inode().expect("positive directory").attr();
+        if !self.cred.may(&dir_attr, MAY_WRITE | MAY_EXEC) {
             return fail(EACCES);
         }
-        let victim_attr = ns.attr(victim)?;
+        let victim_attr = victim.inode().expect("positive").attr();
         if self.cred.sticky_blocks(&dir_attr, &victim_attr) {
             return fail(EPERM);
         }
@@ -909,21 +1065,31 @@ impl Vfs {
 
     fn unlink_from(&self, start: Start, path: &[u8]) -> Result<()> {
         check_path(path)?;
-        let mut ns = self.shared.lock();
-        let s = self.start(&ns, start)?;
+        let _g = self.shared.global();
+        let dc = self.dc();
         let mut w = Walk::new(&self.cred);
-        let p = ns.walk_parent(&mut w, s, path)?;
+        let p = dc.walk_parent(&mut w, self.start_ref(start)?, path)?;
         let Last::Normal(name) = p.last else {
             return fail(EISDIR);
         };
-        let victim = ns.lookup_positive(p.dir, name)?;
+        let dir_inode = p.dir.inode().expect("positive directory");
+        let _l = dir_inode.dir_lock.lock();
+        let victim = dc.lookup_locked(&p.dir, name)?;
+        let Some(vi) = victim.inode() else {
+            return fail(ENOENT);
+        };
         if p.trailing {
-            return fail(if ns.is_dir(victim) { EISDIR } else { ENOTDIR });
+            return fail(if vi.kind == FileType::Dir {
+                EISDIR
+            } else {
+                ENOTDIR
+            });
         }
-        self.may_delete(&ns, p.dir, victim, false)?;
-        let pino = ns.d(p.dir).ino.expect("positive");
-        ns.fs.unlink(pino, name)?;
-        ns.d_delete(victim);
+        self.may_delete(&p.dir, &victim, false)?;
+        self.shared.fs().unlink(dir_inode.ino, name)?;
+        vi.refresh(self.shared.fs());
+        dir_inode.refresh(self.shared.fs());
+        dc.d_delete(&victim);
         Ok(())
     }
 
@@ -939,24 +1105,32 @@ impl Vfs {
 
     fn rmdir_from(&self, start: Start, path: &[u8]) -> Result<()> {
         check_path(path)?;
-        let mut ns = self.shared.lock();
-        let s = self.start(&ns, start)?;
+        let _g = self.shared.global();
+        let dc = self.dc();
         let mut w = Walk::new(&self.cred);
-        let p = ns.walk_parent(&mut w, s, path)?;
+        let p = dc.walk_parent(&mut w, self.start_ref(start)?, path)?;
         let name = match p.last {
             Last::Normal(name) => name,
             Last::Dot => return fail(EINVAL),
             Last::DotDot => return fail(ENOTEMPTY),
             Last::Root => return fail(EBUSY),
         };
-        let victim = ns.lookup_positive(p.dir, name)?;
-        self.may_delete(&ns, p.dir, victim, true)?;
-        if ns.is_root(victim) {
+        let dir_inode = p.dir.inode().expect("positive directory");
+        let _l = dir_inode.dir_lock.lock();
+        let victim = dc.lookup_locked(&p.dir, name)?;
+        let Some(vi) = victim.inode() else {
+            return fail(ENOENT);
+        };
+        self.may_delete(&p.dir, &victim, true)?;
+        if victim.is_root() {
             return fail(EBUSY);
         }
-        let pino = ns.d(p.dir).ino.expect("positive");
-        ns.fs.rmdir(pino, name)?;
-        ns.d_delete(victim);
+        // The victim's own lock: no name is created in it meanwhile.
+        let _vl = vi.dir_lock.lock();
+        self.shared.fs().rmdir(dir_inode.ino, name)?;
+        vi.refresh(self.shared.fs());
+        dir_inode.refresh(self.shared.fs());
+        dc.d_delete(&victim);
         Ok(())
     }
 
@@ -976,7 +1150,7 @@ impl Vfs {
     }
 
     fn remove_tree_at(&self, dir: &Entry) -> Result<()> {
-        for e in self.read_dir_entries(Start::At(dir), b".")? {
+        for e in self.read_dir_at_all(dir)? {
             let name = OsStr::from_bytes(&e.name);
             if e.kind == FileType::Dir {
                 let sub = self.lookup_at(dir, name)?;
@@ -1050,72 +1224,81 @@ impl Vfs {
         }
         check_path(from)?;
         check_path(to)?;
-        let mut ns = self.shared.lock();
-        let (s1, s2) = (self.start(&ns, s1)?, self.start(&ns, s2)?);
+        let _g = self.shared.global();
+        let dc = self.dc();
         let mut w = Walk::new(&self.cred);
-        let op = ns.walk_parent(&mut w, s1, from)?;
+        let op: Parent = dc.walk_parent(&mut w, self.start_ref(s1)?, from)?;
         let mut w = Walk::new(&self.cred);
-        let np = ns.walk_parent(&mut w, s2, to)?;
+        let np: Parent = dc.walk_parent(&mut w, self.start_ref(s2)?, to)?;
         let Last::Normal(old_name) = op.last else {
             return fail(EBUSY);
         };
         let Last::Normal(new_name) = np.last else {
             return fail(if flags.noreplace { EEXIST } else { EBUSY });
         };
-        let src = ns.lookup_positive(op.dir, old_name)?;
-        let dst = ns.d_lookup(np.dir, new_name)?;
-        let dst_pos = ns.d(dst).ino.is_some();
-        if flags.exchange && !dst_pos {
+        let cross = !std::ptr::eq(op.dir.ptr(), np.dir.ptr());
+        let _rm = cross.then(|| self.shared.rename_mutex.lock());
+        let _locks = lock_two(dc, &op.dir, &np.dir);
+        let src = dc.lookup_locked(&op.dir, old_name)?;
+        let Some(si) = src.inode() else {
+            return fail(ENOENT);
+        };
+        let dst = dc.lookup_locked(&np.dir, new_name)?;
+        let di = dst.inode();
+        if flags.exchange && di.is_none() {
             return fail(ENOENT);
         }
-        if flags.noreplace && dst_pos {
+        if flags.noreplace && di.is_some() {
             return fail(EEXIST);
         }
-        let src_dir = ns.is_dir(src);
-        if flags.exchange && !ns.is_dir(dst) && np.trailing {
+        let src_dir = si.kind == FileType::Dir;
+        let dst_dir = di.is_some_and(|i| i.kind == FileType::Dir);
+        if flags.exchange && !dst_dir && np.trailing {
             return fail(ENOTDIR);
         }
         if !src_dir && (op.trailing || (np.trailing && !flags.exchange)) {
             return fail(ENOTDIR);
         }
-        if ns.is_ancestor(src, np.dir) {
+        if dc.is_ancestor(&src, &np.dir) {
             return fail(EINVAL);
         }
-        if dst_pos && ns.is_ancestor(dst, op.dir) {
+        if di.is_some() && dc.is_ancestor(&dst, &op.dir) {
             return fail(if flags.exchange { EINVAL } else { ENOTEMPTY });
         }
-        if dst_pos && ns.d(src).ino == ns.d(dst).ino {
+        if di.is_some_and(|i| std::ptr::eq(i, si)) {
             return Ok(());
         }
-        self.may_delete(&ns, op.dir, src, src_dir)?;
-        if dst_pos {
-            let dst_dir = ns.is_dir(dst);
+        self.may_delete(&op.dir, &src, src_dir)?;
+        if di.is_some() {
             self.may_delete(
-                &ns,
-                np.dir,
-                dst,
+                &np.dir,
+                &dst,
                 if flags.exchange { dst_dir } else { src_dir },
             )?;
         } else {
-            self.may_create(&ns, np.dir)?;
+            self.may_create(&np.dir)?;
         }
-        if op.dir != np.dir {
+        if cross {
             // Moving a directory rewrites its "..": write permission on it.
-            for (d, is_dir) in [(src, src_dir), (dst, flags.exchange && ns.is_dir(dst))] {
-                if is_dir && !self.cred.may(&ns.attr(d)?, MAY_WRITE) {
-                    return fail(EACCES);
+            let moved = [(Some(si), src_dir), (di, flags.exchange && dst_dir)];
+            for (i, is_dir) in moved {
+                if let (Some(i), true) = (i, is_dir) {
+                    if !self.cred.may(&i.attr(), MAY_WRITE) {
+                        return fail(EACCES);
+                    }
                 }
             }
         }
-        if ns.is_root(src) || ns.is_root(dst) {
+        if src.is_root() || dst.is_root() {
             return fail(EBUSY);
         }
-        let (opino, npino) = (
-            ns.d(op.dir).ino.expect("positive"),
-            ns.d(np.dir).ino.expect("positive"),
-        );
-        ns.fs.rename(opino, old_name, npino, new_name, flags)?;
-        ns.d_move(src, np.dir, new_name, Some(dst), flags.exchange);
+        let fs = self.shared.fs();
+        let (odi, ndi) = (op.dir.inode().expect("dir"), np.dir.inode().expect("dir"));
+        fs.rename(odi.ino, old_name, ndi.ino, new_name, flags)?;
+        for i in [Some(odi), Some(ndi), Some(si), di].into_iter().flatten() {
+            i.refresh(fs);
+        }
+        dc.d_move(&src, &np.dir, new_name, &dst, flags.exchange);
         Ok(())
     }
 
@@ -1133,21 +1316,27 @@ impl Vfs {
 
     fn read_link_from(&self, start: Start, path: &[u8]) -> Result<PathBuf> {
         check_path(path)?;
-        let mut ns = self.shared.lock();
-        let s = self.start(&ns, start)?;
+        let _g = self.shared.global();
         let mut w = Walk::new(&self.cred);
-        let id = ns.walk(&mut w, s, path, false)?;
-        if ns.d(id).kind != Some(FileType::Symlink) {
+        let d = self
+            .dc()
+            .walk(&mut w, self.start_ref(start)?, path, false)?;
+        let inode = d.inode().expect("positive");
+        if inode.kind != FileType::Symlink {
             return fail(EINVAL);
         }
-        let t = ns.fs.readlink(ns.d(id).ino.expect("positive"))?;
+        let t = match inode.link.get() {
+            Some(t) => t.to_vec(),
+            None => self.shared.fs().readlink(inode.ino)?,
+        };
         Ok(PathBuf::from(OsString::from_vec(t)))
     }
 
     /// Lists a directory (without "." and ".."), in the filesystem's order.
     pub fn read_dir(&self, path: impl AsRef<Path>) -> Result<ReadDir> {
         let path = path.as_ref();
-        let entries = self.read_dir_entries(Start::Cwd, bytes(path))?;
+        let dir = self.entry(path)?;
+        let entries = self.read_dir_at_all(&dir)?;
         Ok(ReadDir(
             entries
                 .into_iter()
@@ -1165,35 +1354,27 @@ impl Vfs {
     /// Lists directory `dir` from cookie `offset` (FUSE's readdir).
     pub fn read_dir_at(&self, dir: &Entry, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
         dir.check_same_vfs(&self.shared)?;
-        let ns = self.shared.lock();
-        self.readdir_checked(&ns, dir.id, offset)
+        let _g = self.shared.global();
+        self.readdir_checked(dir.inode(), offset)
     }
 
-    fn readdir_checked(
-        &self,
-        ns: &Ns,
-        id: DentryId,
-        offset: u64,
-    ) -> Result<Vec<crate::fs::DirEntry>> {
-        if !ns.is_dir(id) {
+    fn readdir_checked(&self, inode: &Inode, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
+        if inode.kind != FileType::Dir {
             return fail(ENOTDIR);
         }
-        if !self.cred.may(&ns.attr(id)?, MAY_READ) {
+        if !self.cred.may(&inode.attr(), MAY_READ) {
             return fail(EACCES);
         }
-        ns.fs.readdir(ns.d(id).ino.expect("positive"), offset)
+        let out = self.shared.fs().readdir(inode.ino, offset)?;
+        touch_atime(&self.shared, inode);
+        Ok(out)
     }
 
-    fn read_dir_entries(&self, start: Start, path: &[u8]) -> Result<Vec<crate::fs::DirEntry>> {
-        check_path(path)?;
-        let mut ns = self.shared.lock();
-        let s = self.start(&ns, start)?;
-        let mut w = Walk::new(&self.cred);
-        let id = ns.walk(&mut w, s, path, true)?;
+    fn read_dir_at_all(&self, dir: &Entry) -> Result<Vec<crate::fs::DirEntry>> {
         let mut all = Vec::new();
         let mut off = 0;
         loop {
-            let batch = self.readdir_checked(&ns, id, off)?;
+            let batch = self.read_dir_at(dir, off)?;
             let Some(last) = batch.last() else { break };
             off = last.offset;
             all.extend(batch);
@@ -1218,69 +1399,66 @@ impl Vfs {
     pub fn open_entry(&self, entry: &Entry, opts: &OpenOptions) -> Result<File> {
         entry.check_same_vfs(&self.shared)?;
         opts.validate()?;
-        let mut ns = self.shared.lock();
-        self.finish_open(&mut ns, entry.id, opts, false)
+        let _g = self.shared.global();
+        self.finish_open(entry.inode(), opts, false)
     }
 
     fn open_from(&self, start: Start, path: &[u8], opts: &OpenOptions) -> Result<File> {
         opts.validate()?;
         check_path(path)?;
-        let mut ns = self.shared.lock();
-        let s = self.start(&ns, start)?;
+        let _g = self.shared.global();
         let mut w = Walk::new(&self.cred);
-        let (id, created) = self.open_walk(&mut ns, &mut w, s, path, opts)?;
-        self.finish_open(&mut ns, id, opts, created)
+        let (d, created) = self.open_walk(&mut w, self.start_ref(start)?, path, opts)?;
+        self.finish_open(d.inode().expect("positive"), opts, created)
     }
 
     /// Finds or creates the file to open (`path_openat`'s walk).
-    fn open_walk(
-        &self,
-        ns: &mut Ns,
+    fn open_walk<'a>(
+        &'a self,
         w: &mut Walk,
-        start: DentryId,
+        start: DRef<'a>,
         path: &[u8],
         opts: &OpenOptions,
-    ) -> Result<(DentryId, bool)> {
+    ) -> Result<(DRef<'a>, bool)> {
+        let dc = self.dc();
         if !opts.create_any() {
-            let id = ns.walk(w, start, path, !opts.nofollow)?;
-            return Ok((id, false));
+            let d = dc.walk(w, start, path, !opts.nofollow)?;
+            return Ok((d, false));
         }
-        let p: Parent = ns.walk_parent(w, start, path)?;
+        let p = dc.walk_parent(w, start, path)?;
         let Last::Normal(name) = p.last else {
             return fail(EISDIR);
         };
         if p.trailing {
             return fail(EISDIR);
         }
-        let existing = ns.d_lookup(p.dir, name)?;
-        if ns.d(existing).ino.is_some() {
+        let dir_inode = p.dir.inode().expect("positive directory");
+        let l = dir_inode.dir_lock.lock();
+        let existing = dc.lookup_locked(&p.dir, name)?;
+        if let Some(ei) = existing.inode() {
             if opts.create_new {
                 return fail(EEXIST);
             }
-            if ns.d(existing).kind == Some(FileType::Symlink) {
+            if ei.kind == FileType::Symlink {
                 if opts.nofollow {
                     return fail(ELOOP);
                 }
-                let target = ns.link_target(w, existing)?;
-                return self.open_walk(ns, w, p.dir, &target, opts);
+                let target = dc.link_target(w, &existing)?;
+                drop(l);
+                return self.open_walk(w, p.dir, &target, opts);
             }
             return Ok((existing, false));
         }
-        let dir_attr = self.may_create(ns, p.dir)?;
+        let dir_attr = self.may_create(&p.dir)?;
         let perm = opts.mode & 0o7777 & !self.umask;
         let (owner, perm) = self.new_owner(&dir_attr, FileType::File, perm);
-        let attr = ns.fs.create(dir_attr.ino, name, perm, owner)?;
-        Ok((ns.d_instantiate(p.dir, name, &attr), true))
+        let attr = self.shared.fs().create(dir_attr.ino, name, perm, owner)?;
+        self.instantiate(&p.dir, &existing, &attr);
+        Ok((existing, true))
     }
 
-    fn finish_open(
-        &self,
-        ns: &mut Ns,
-        id: DentryId,
-        opts: &OpenOptions,
-        created: bool,
-    ) -> Result<File> {
-        let attr = ns.attr(id)?;
+    fn finish_open(&self, inode: &Inode, opts: &OpenOptions, created: bool) -> Result<File> {
+        let attr = inode.attr();
         if attr.kind == FileType::Symlink {
             return fail(ELOOP); // only reachable with nofollow
         }
@@ -1301,16 +1479,17 @@ impl Vfs {
             }
         }
         if opts.truncate && attr.kind == FileType::File && !created {
-            ns.fs.setattr(
+            let a = self.shared.fs().setattr(
                 attr.ino,
                 &SetAttr {
                     size: Some(0),
                     ..SetAttr::default()
                 },
             )?;
+            inode.set_attr(&a);
         }
-        ns.iget(attr.ino);
-        Ok(File::new(self.shared.clone(), attr.ino, attr.kind, opts))
+        inode.hold();
+        Ok(File::new(self.shared.clone(), inode, opts))
     }
 
     /// Reads a whole file.
@@ -1333,6 +1512,25 @@ impl Vfs {
             OpenOptions::new().write(true).create(true).truncate(true),
         )?;
         f.write_all(contents.as_ref())
+    }
+}
+
+/// After a read: if the atime policy says the filesystem updated atime,
+/// refresh the cached attributes. A read of a hot file under relatime
+/// stores nothing.
+pub(crate) fn touch_atime(shared: &Shared, inode: &Inode) {
+    let due = match shared.atime {
+        AtimePolicy::Noatime => false,
+        AtimePolicy::Strict => true,
+        AtimePolicy::Relatime => {
+            let a = inode.attr();
+            a.atime <= a.mtime
+                || a.atime <= a.ctime
+                || crate::time::now().sec - a.atime.sec >= 24 * 3600
+        }
+    };
+    if due {
+        inode.refresh(shared.fs());
     }
 }
 

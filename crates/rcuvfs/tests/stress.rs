@@ -11,11 +11,17 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use common::scaled;
-use rcuvfs::{RenameFlags, Vfs};
+use rcuvfs::{RefMode, RenameFlags, Vfs};
 
 #[test]
 fn a_stable_name_is_never_reported_missing() {
-    let v = Vfs::new();
+    for mode in RefMode::ALL {
+        stable_names_under_a_rename_storm(mode);
+    }
+}
+
+fn stable_names_under_a_rename_storm(mode: RefMode) {
+    let v = Vfs::builder().mode(mode).hash_buckets(16).build().unwrap();
     for d in [
         "/s",
         "/s/deep",
@@ -107,7 +113,7 @@ fn a_stable_name_is_never_reported_missing() {
         w.join().unwrap();
     }
     assert!(lookups.load(Ordering::Relaxed) > 0);
-    assert_eq!(false_negatives.load(Ordering::Relaxed), 0);
+    assert_eq!(false_negatives.load(Ordering::Relaxed), 0, "{mode:?}");
     // The storm left the tree as it started.
     for i in 0..8 {
         assert_eq!(v.read(format!("/s/r{i}")).unwrap(), b"r");
@@ -117,7 +123,13 @@ fn a_stable_name_is_never_reported_missing() {
 
 #[test]
 fn published_creates_and_unlinks_are_seen_at_once() {
-    let v = Vfs::new();
+    for mode in RefMode::ALL {
+        visibility(mode);
+    }
+}
+
+fn visibility(mode: RefMode) {
+    let v = Vfs::builder().mode(mode).build().unwrap();
     v.create_dir("/vis").unwrap();
     let rounds = scaled(5_000);
     // Round r creates (odd r) or unlinks (even r) /vis/f{(r-1)/2 % 4} and
@@ -176,5 +188,5 @@ fn published_creates_and_unlinks_are_seen_at_once() {
     writer.join().unwrap();
     reader.join().unwrap();
     assert!(checked.load(Ordering::Relaxed) > 0, "no lookup was checked");
-    assert_eq!(wrong.load(Ordering::Relaxed), 0);
+    assert_eq!(wrong.load(Ordering::Relaxed), 0, "{mode:?}");
 }

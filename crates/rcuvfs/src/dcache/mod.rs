@@ -1,46 +1,58 @@
-//! The dentry cache, first version: everything under one global lock, as in
-//! Linux 2.4's `dcache_lock`. This is the lab's `global` baseline; the
-//! scalable dcache replaces it behind the same boundary (the methods of
-//! [`Ns`], which the path walk and the `Vfs` operations call).
+//! The dentry cache (Linux `fs/dcache.c`, seeds 003, 000 and 002): a hash of
+//! (parent, name) that readers walk with no lock and no store, reference
+//! counts in a [`Lockref`], per-dentry sequence counts, a global rename
+//! sequence lock, negative dentries, and deferred freeing through RCU.
 //!
 //! # Locks
 //!
-//! | lock            | protects                                                  |
-//! |-----------------|-----------------------------------------------------------|
-//! | `Dcache::state` | every dentry, the (parent, name) hash, the in-core inode table, and the namespace operation in progress |
+//! | lock                     | protects                                                       |
+//! |--------------------------|----------------------------------------------------------------|
+//! | `Dcache::tree_lock`      | every dentry's parent, name, children list and hash membership; the dead transition (the 2.6 `dcache_lock`, taken by updates only) |
+//! | `Dcache::rename_lock`    | a seqlock whose write section covers every `d_move`: a reader that misses during a rename retries (seed 003, listing 2) |
+//! | `Bucket::lock`           | a hash chain's links                                            |
+//! | `Dentry::lockref`'s lock (`d_lock`) | the count's transitions to and from zero, the `HASHED` flag, the inode pointer |
+//! | `Dentry::seq` (seqcount) | written inside `d_lock` or `tree_lock` whenever the name, parent, inode or hashed state changes; invalidated when the dentry dies |
 //!
-//! Order: `Dcache::state`, then the filesystem's own locks (filesystem calls
-//! are made with it held). File data (`File::read`, `File::write`) does not
-//! take it.
+//! Order: `tree_lock`, then `rename_lock`, then a dentry's `d_lock` (a
+//! parent's before its child's), then a bucket lock, then the inode table.
+//! Directory locks (`Inode::dir_lock`) come before all of these.
 //!
-//! # Dentry states
+//! # Dentry states (seed 003, figure 6)
 //!
-//! | state     | hashed | inode  | refcount | meaning                                  |
-//! |-----------|--------|--------|----------|------------------------------------------|
-//! | in use    | yes    | some   | > 0      | a handle holds it                        |
-//! | unused    | yes    | some   | 0        | cached; may be dropped at any time       |
-//! | negative  | yes    | none   | 0        | a cached miss                            |
-//! | unhashed  | no     | some   | > 0      | removed or replaced while a handle held it; freed at its last put |
+//! | state    | `HASHED` | inode | count   | meaning                                         |
+//! |----------|----------|-------|---------|-------------------------------------------------|
+//! | in use   | yes      | any   | > 0     | a walk, handle or child holds it                |
+//! | unused   | yes      | some  | 0       | cached; the shrinker may kill it                |
+//! | negative | yes      | none  | >= 0    | a cached miss                                   |
+//! | unhashed | no       | any   | > 0     | removed or replaced while held; killed at its last put |
+//! | dead     | no       | -     | `DEAD`  | unlinked from the tree, freed after a grace period |
 //!
-//! A dentry pins its parent (the parent's `children` count), so the parent
-//! chain of any cached dentry is cached. Each positive dentry holds one
-//! reference on its in-core inode; an open file holds another. When an
-//! in-core inode's references reach zero its filesystem lookup count is
-//! returned with `FileSystem::forget`.
+//! A dentry holds a reference on its parent, so the parent chain of any live
+//! dentry is live, and every live dentry is on its parent's children list.
+//!
+//! # Readers
+//!
+//! [`Dcache::lookup_rcu`] walks a hash chain with atomic loads only and
+//! returns a candidate with the sequence count it read first. The caller
+//! owes two checks: the parent's count (hand-over-hand: the child was found
+//! under a parent that did not move), and the child's count after it has
+//! read what it needs (its inode pointer, and the inode's attributes).
+//! Every field a reader loads is an atomic, or immutable behind an atomic
+//! pointer (the name), so a racy read is never undefined behaviour: a stale
+//! value is caught by the sequence check and discarded.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::cell::UnsafeCell;
+use std::ptr;
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::error::{errno_of, Result, ENOENT};
-use crate::fs::{Attr, FileSystem, FileType, Ino};
-use crate::sync::{Mutex, MutexGuard};
-
-pub type DentryId = u32;
-const NONE: DentryId = u32::MAX;
+use crate::fs::FileSystem;
+use crate::inode::{Inode, InodeTable};
+use crate::sync::{Lockref, Mutex, Rcu, RcuGuard, SeqCount, SeqLock};
 
 /// Live-object counters of one `Vfs`, kept past its end so that tests can
-/// check that teardown freed everything.
+/// check that teardown freed everything. Updated on allocation and free
+/// only, never on a lookup.
 #[derive(Debug, Default)]
 pub struct LiveCounters {
     dentries: AtomicI64,
@@ -58,480 +70,792 @@ impl LiveCounters {
     pub fn inodes(&self) -> i64 {
         self.inodes.load(Ordering::Relaxed)
     }
+    pub(crate) fn add_inode(&self, n: i64) {
+        self.inodes.fetch_add(n, Ordering::Relaxed);
+    }
+    fn add_dentry(&self, n: i64, negative: bool) {
+        self.dentries.fetch_add(n, Ordering::Relaxed);
+        if negative {
+            self.negative.fetch_add(n, Ordering::Relaxed);
+        }
+    }
 }
 
+/// An immutable name, with its hash (which covers the parent too). A rename
+/// swaps in a new `Name` and retires the old one through RCU.
+pub(crate) struct Name {
+    pub hash: u64,
+    pub bytes: Box<[u8]>,
+}
+
+pub const HASHED: u32 = 1;
+pub const ROOT: u32 = 2;
+
+/// Links of the dentry tree, touched only under `Dcache::tree_lock`.
+struct TreeLinks {
+    first_child: *const Dentry,
+    next_sibling: *const Dentry,
+    prev_sibling: *const Dentry,
+}
+
+/// A dentry. The first cache line holds what the RCU lookup reads; the
+/// reference count lives on the next one (seed 002's `split` layout), so
+/// that reference changes by `rcuwalk` and `lockref` walkers do not
+/// invalidate the line that lookups of the same name read.
+#[repr(C, align(64))]
 pub(crate) struct Dentry {
-    pub parent: DentryId,
-    pub name: Box<[u8]>,
-    pub ino: Option<Ino>,
-    pub kind: Option<FileType>,
-    pub refcount: u32,
-    pub hashed: bool,
-    first_child: DentryId,
-    next_sibling: DentryId,
-    prev_sibling: DentryId,
+    // ---- cache line 0: read by RCU lookup ----
+    pub seq: SeqCount,
+    pub flags: AtomicU32,
+    pub parent: AtomicPtr<Dentry>,
+    pub name: AtomicPtr<Name>,
+    pub inode: AtomicPtr<Inode>,
+    /// Next dentry in the hash chain.
+    next: AtomicPtr<Dentry>,
+    _pad: [u64; 3],
+    // ---- cache line 1: written by reference changes and updates ----
+    pub lockref: Lockref,
+    tree: UnsafeCell<TreeLinks>,
 }
 
-struct InodeRec {
-    refs: u32,
-    nlookup: u64,
+// SAFETY: the atomics are shared freely; `tree` is touched only under
+// `Dcache::tree_lock`.
+unsafe impl Send for Dentry {}
+// SAFETY: as above.
+unsafe impl Sync for Dentry {}
+
+const _: () = assert!(std::mem::offset_of!(Dentry, lockref) == 64);
+
+impl Dentry {
+    /// The inode, or `None` for a negative dentry. Readers without a
+    /// reference must validate `seq` afterwards.
+    #[inline]
+    pub fn inode(&self) -> Option<&Inode> {
+        // Acquire: pairs with the Release store in `d_instantiate`/`alloc`,
+        // so the inode's fields are initialized when we see the pointer.
+        // SAFETY: a non-null inode pointer is live while this dentry holds
+        // its reference, or, for an RCU reader, until a grace period after
+        // the dentry let it go.
+        unsafe { self.inode.load(Ordering::Acquire).as_ref() }
+    }
+
+    #[inline]
+    pub fn name(&self) -> &Name {
+        // SAFETY: names are freed only through RCU after being replaced,
+        // and every caller is inside a read section or holds `tree_lock`.
+        unsafe { &*self.name.load(Ordering::Acquire) }
+    }
+
+    #[inline]
+    pub fn parent(&self) -> &Dentry {
+        // SAFETY: a dentry holds a reference on its parent; a parent reached
+        // by an RCU reader is freed only after a grace period.
+        unsafe { &*self.parent.load(Ordering::Acquire) }
+    }
+
+    #[inline]
+    pub fn is_hashed(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & HASHED != 0
+    }
+
+    #[inline]
+    pub fn is_root(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & ROOT != 0
+    }
+
+    #[inline]
+    pub fn is_dir(&self) -> bool {
+        self.inode()
+            .is_some_and(|i| i.kind == crate::fs::FileType::Dir)
+    }
+
+    /// # Safety
+    /// The caller holds `Dcache::tree_lock`.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn links(&self) -> &mut TreeLinks {
+        // SAFETY: the caller holds tree_lock, which serializes all access.
+        unsafe { &mut *self.tree.get() }
+    }
 }
 
-pub(crate) struct State {
-    slots: Vec<Option<Dentry>>,
-    free: Vec<DentryId>,
-    hash: HashMap<(DentryId, Box<[u8]>), DentryId>,
-    inodes: HashMap<Ino, InodeRec>,
-    pub root: DentryId,
+/// The hash of `name` under `parent` (FxHash-style, over the parent's
+/// address and the name's bytes).
+#[inline]
+pub(crate) fn name_hash(parent: *const Dentry, name: &[u8]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = (parent as usize as u64).wrapping_mul(K);
+    let mut chunks = name.chunks_exact(8);
+    for c in &mut chunks {
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(c.try_into().unwrap())).wrapping_mul(K);
+    }
+    let mut tail = [0u8; 8];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    h = (h.rotate_left(5) ^ u64::from_le_bytes(tail) ^ name.len() as u64).wrapping_mul(K);
+    h ^ (h >> 29)
 }
 
+struct Bucket {
+    head: AtomicPtr<Dentry>,
+    lock: crate::sync::RawMutex,
+}
+
+/// A counted reference to a dentry (`dget`'d); `dput` on drop.
+pub(crate) struct DRef<'a> {
+    d: &'a Dentry,
+    dc: &'a Dcache,
+}
+
+impl<'a> DRef<'a> {
+    /// Adopts a reference the caller already took.
+    ///
+    /// # Safety
+    /// The caller owns one reference on `d`, which `dc` manages.
+    pub unsafe fn adopt(dc: &'a Dcache, d: *const Dentry) -> DRef<'a> {
+        // SAFETY: a held reference keeps the dentry allocated.
+        DRef {
+            d: unsafe { &*d },
+            dc,
+        }
+    }
+
+    /// Gives up ownership of the reference, returning the raw pointer.
+    pub fn into_raw(self) -> *const Dentry {
+        let p = self.d as *const Dentry;
+        std::mem::forget(self);
+        p
+    }
+
+    pub fn clone_ref(&self) -> DRef<'a> {
+        self.d.lockref.get();
+        DRef {
+            d: self.d,
+            dc: self.dc,
+        }
+    }
+
+    pub fn ptr(&self) -> *const Dentry {
+        self.d
+    }
+}
+
+impl<'a> std::ops::Deref for DRef<'a> {
+    type Target = Dentry;
+    fn deref(&self) -> &Dentry {
+        self.d
+    }
+}
+
+impl Drop for DRef<'_> {
+    fn drop(&mut self) {
+        self.dc.dput(self.d);
+    }
+}
+
+/// The dentry cache of one Vfs.
 pub(crate) struct Dcache {
-    state: Mutex<State>,
+    pub fs: Arc<dyn FileSystem>,
+    buckets: Box<[Bucket]>,
+    mask: u64,
+    pub tree_lock: Mutex<()>,
+    pub rename_lock: SeqLock,
+    root: *const Dentry,
+    pub itable: InodeTable,
     pub counters: Arc<LiveCounters>,
+    pub rcu: Rcu,
 }
 
-/// The dcache with its lock held, and the filesystem under it: the context
-/// of one namespace operation.
-pub(crate) struct Ns<'a> {
-    pub st: MutexGuard<'a, State>,
-    pub fs: &'a dyn FileSystem,
-    counters: &'a LiveCounters,
-}
+// SAFETY: `root` is owned by the cache and lives as long as it; everything
+// else is Sync.
+unsafe impl Send for Dcache {}
+// SAFETY: as above.
+unsafe impl Sync for Dcache {}
 
 impl Dcache {
-    pub fn new(fs: &dyn FileSystem) -> Result<Dcache> {
+    pub fn new(fs: Arc<dyn FileSystem>, buckets: usize) -> std::io::Result<Dcache> {
+        let n = buckets.next_power_of_two().max(16);
         let counters = Arc::new(LiveCounters::default());
-        let root_ino = fs.root();
-        let attr = fs.getattr(root_ino)?;
-        let mut st = State {
-            slots: Vec::new(),
-            free: Vec::new(),
-            hash: HashMap::new(),
-            inodes: HashMap::new(),
-            root: NONE,
-        };
-        // The root's implicit lookup reference is not ours to forget.
-        st.inodes.insert(
-            root_ino,
-            InodeRec {
-                refs: 0,
-                nlookup: 0,
-            },
-        );
-        counters.inodes.fetch_add(1, Ordering::Relaxed);
-        let d = Dentry {
-            parent: NONE,
-            name: Box::new([]),
-            ino: Some(root_ino),
-            kind: Some(attr.kind),
-            refcount: 1, // the root is pinned for the Vfs's life
-            hashed: true,
-            first_child: NONE,
-            next_sibling: NONE,
-            prev_sibling: NONE,
-        };
-        st.inodes.get_mut(&root_ino).unwrap().refs += 1;
-        st.slots.push(Some(d));
-        st.root = 0;
-        st.slots[0].as_mut().unwrap().parent = 0;
-        counters.dentries.fetch_add(1, Ordering::Relaxed);
-        Ok(Dcache {
-            state: Mutex::new(st),
+        let mut dc = Dcache {
+            fs: fs.clone(),
+            buckets: (0..n)
+                .map(|_| Bucket {
+                    head: AtomicPtr::new(ptr::null_mut()),
+                    lock: Default::default(),
+                })
+                .collect(),
+            mask: (n - 1) as u64,
+            tree_lock: Mutex::new(()),
+            rename_lock: SeqLock::new(),
+            root: ptr::null(),
+            itable: InodeTable::new(),
             counters,
-        })
-    }
-
-    pub fn lock<'a>(&'a self, fs: &'a dyn FileSystem) -> Ns<'a> {
-        Ns {
-            st: self.state.lock(),
-            fs,
-            counters: &self.counters,
-        }
-    }
-}
-
-impl Ns<'_> {
-    pub fn d(&self, id: DentryId) -> &Dentry {
-        self.st.slots[id as usize].as_ref().expect("live dentry")
-    }
-
-    fn d_mut(&mut self, id: DentryId) -> &mut Dentry {
-        self.st.slots[id as usize].as_mut().expect("live dentry")
-    }
-
-    pub fn root(&self) -> DentryId {
-        self.st.root
-    }
-
-    pub fn parent(&self, id: DentryId) -> DentryId {
-        self.d(id).parent
-    }
-
-    pub fn is_root(&self, id: DentryId) -> bool {
-        id == self.st.root
-    }
-
-    /// Takes a reference on a dentry (`dget`).
-    pub fn dget(&mut self, id: DentryId) {
-        self.d_mut(id).refcount += 1;
-    }
-
-    /// Drops a reference (`dput`). An unhashed dentry is freed at its last
-    /// put; a hashed one stays cached, unused.
-    pub fn dput(&mut self, id: DentryId) {
-        let d = self.d_mut(id);
-        debug_assert!(d.refcount > 0);
-        d.refcount -= 1;
-        self.maybe_free(id);
-    }
-
-    /// Takes a reference on an in-core inode (an open file).
-    pub fn iget(&mut self, ino: Ino) {
-        self.st.inodes.get_mut(&ino).expect("in-core inode").refs += 1;
-    }
-
-    /// Drops a reference on an in-core inode; the last one returns the
-    /// filesystem's lookup count.
-    pub fn iput(&mut self, ino: Ino) {
-        let rec = self.st.inodes.get_mut(&ino).expect("in-core inode");
-        rec.refs -= 1;
-        if rec.refs == 0 {
-            let nlookup = rec.nlookup;
-            self.st.inodes.remove(&ino);
-            self.counters.inodes.fetch_sub(1, Ordering::Relaxed);
-            if nlookup > 0 {
-                self.fs.forget(ino, nlookup);
-            }
-        }
-    }
-
-    /// Records a lookup reference the filesystem just counted for `attr.ino`
-    /// and takes an in-core reference for a new dentry.
-    fn inode_from_fs(&mut self, ino: Ino) {
-        let counters = self.counters;
-        let rec = self.st.inodes.entry(ino).or_insert_with(|| {
-            counters.inodes.fetch_add(1, Ordering::Relaxed);
-            InodeRec {
-                refs: 0,
-                nlookup: 0,
-            }
-        });
-        rec.nlookup += 1;
-        rec.refs += 1;
-    }
-
-    fn alloc(&mut self, parent: DentryId, name: &[u8], attr: Option<&Attr>) -> DentryId {
-        if let Some(a) = attr {
-            self.inode_from_fs(a.ino);
-        }
-        let first = self.d(parent).first_child;
-        let d = Dentry {
-            parent,
-            name: name.into(),
-            ino: attr.map(|a| a.ino),
-            kind: attr.map(|a| a.kind),
-            refcount: 0,
-            hashed: true,
-            first_child: NONE,
-            next_sibling: first,
-            prev_sibling: NONE,
+            rcu: Rcu::new(),
         };
-        let id = match self.st.free.pop() {
-            Some(id) => {
-                self.st.slots[id as usize] = Some(d);
-                id
+        let attr = fs.getattr(fs.root())?;
+        // The root's implicit lookup reference is the filesystem's own.
+        let inode = dc.itable.iget(&attr, false, &*fs, &dc.counters);
+        let root = Box::into_raw(Box::new(Dentry {
+            seq: SeqCount::new(),
+            flags: AtomicU32::new(ROOT),
+            parent: AtomicPtr::new(ptr::null_mut()),
+            name: AtomicPtr::new(Box::into_raw(Box::new(Name {
+                hash: 0,
+                bytes: Box::new([]),
+            }))),
+            inode: AtomicPtr::new(inode as *mut Inode),
+            next: AtomicPtr::new(ptr::null_mut()),
+            _pad: [0; 3],
+            lockref: Lockref::new(1), // pinned for the cache's life
+            tree: UnsafeCell::new(TreeLinks {
+                first_child: ptr::null(),
+                next_sibling: ptr::null(),
+                prev_sibling: ptr::null(),
+            }),
+        }));
+        // SAFETY: just allocated, not yet shared.
+        unsafe { (*root).parent.store(root, Ordering::Relaxed) };
+        dc.root = root;
+        dc.counters.add_dentry(1, false);
+        Ok(dc)
+    }
+
+    #[inline]
+    pub fn root(&self) -> &Dentry {
+        // SAFETY: the root lives as long as the cache.
+        unsafe { &*self.root }
+    }
+
+    /// A new counted reference to the root.
+    pub fn root_ref(&self) -> DRef<'_> {
+        self.root().lockref.get();
+        DRef {
+            d: self.root(),
+            dc: self,
+        }
+    }
+
+    /// A new counted reference to `d`, which the caller keeps alive by a
+    /// reference of its own.
+    pub fn dget<'a>(&'a self, d: &'a Dentry) -> DRef<'a> {
+        d.lockref.get();
+        DRef { d, dc: self }
+    }
+
+    fn bucket(&self, hash: u64) -> &Bucket {
+        &self.buckets[(hash & self.mask) as usize]
+    }
+
+    /// Finds a hashed dentry for `name` under `parent` (`__d_lookup_rcu`).
+    /// Returns it with the sequence count read before its name was
+    /// compared. `None`: not found, or a writer was in progress on a
+    /// candidate; the caller falls back to a locked lookup. The caller must
+    /// be in a read section and owes the checks in the module doc.
+    #[inline]
+    pub fn lookup_rcu<'g>(
+        &'g self,
+        _guard: &RcuGuard<'_>,
+        parent: &Dentry,
+        name: &[u8],
+    ) -> Option<(&'g Dentry, u32)> {
+        let hash = name_hash(parent, name);
+        // Acquire on every link: pairs with the Release publication of a
+        // dentry in `hash_insert`, so its fields are initialized.
+        let mut p = self.bucket(hash).head.load(Ordering::Acquire);
+        while !p.is_null() {
+            // SAFETY: dentries reachable from a chain are freed only after
+            // a grace period, and we are in a read section.
+            let d = unsafe { &*p };
+            p = d.next.load(Ordering::Acquire);
+            let seq = d.seq.raw();
+            if d.parent.load(Ordering::Relaxed) as *const Dentry != parent as *const Dentry {
+                continue;
             }
-            None => {
-                self.st.slots.push(Some(d));
-                (self.st.slots.len() - 1) as DentryId
+            let n = d.name();
+            if n.hash != hash || *n.bytes != *name {
+                continue;
             }
-        };
-        if first != NONE {
-            self.d_mut(first).prev_sibling = id;
+            if seq & 1 != 0 {
+                return None;
+            }
+            return Some((d, seq));
         }
-        self.d_mut(parent).first_child = id;
-        self.st.hash.insert((parent, name.into()), id);
-        self.counters.dentries.fetch_add(1, Ordering::Relaxed);
-        if attr.is_none() {
-            self.counters.negative.fetch_add(1, Ordering::Relaxed);
-        }
-        id
+        None
     }
 
-    fn unlink_child(&mut self, id: DentryId) {
-        let (parent, prev, next) = {
-            let d = self.d(id);
-            (d.parent, d.prev_sibling, d.next_sibling)
-        };
-        if prev != NONE {
-            self.d_mut(prev).next_sibling = next;
-        } else {
-            self.d_mut(parent).first_child = next;
-        }
-        if next != NONE {
-            self.d_mut(next).prev_sibling = prev;
-        }
-        let d = self.d_mut(id);
-        d.prev_sibling = NONE;
-        d.next_sibling = NONE;
-    }
-
-    fn link_child(&mut self, parent: DentryId, id: DentryId) {
-        let first = self.d(parent).first_child;
-        {
-            let d = self.d_mut(id);
-            d.parent = parent;
-            d.next_sibling = first;
-            d.prev_sibling = NONE;
-        }
-        if first != NONE {
-            self.d_mut(first).prev_sibling = id;
-        }
-        self.d_mut(parent).first_child = id;
-    }
-
-    /// Frees `id` if nothing holds it: unused and unhashed, or a cached
-    /// negative or unused dentry whose removal the caller asked for by
-    /// unhashing it. Freeing a child may free its unhashed parent in turn.
-    fn maybe_free(&mut self, mut id: DentryId) {
+    /// Finds and references a hashed dentry for `name` under `parent`
+    /// (`d_lookup`): a miss is retried while a rename ran concurrently, so a
+    /// miss means the name was not cached at some instant of the call.
+    pub fn d_lookup<'a>(&'a self, parent: &Dentry, name: &[u8]) -> Option<DRef<'a>> {
         loop {
-            let d = self.d(id);
-            if d.refcount > 0 || d.hashed || d.first_child != NONE || id == self.st.root {
-                return;
+            let guard = self.rcu.read_lock();
+            let rs = self.rename_lock.seqcount().read_begin_spin();
+            if let Some((d, seq)) = self.lookup_rcu(&guard, parent, name) {
+                if d.lockref.get_not_dead() {
+                    let r = DRef { d, dc: self };
+                    if !d.seq.read_retry(seq) && d.is_hashed() {
+                        return Some(r);
+                    }
+                    drop(r);
+                }
+                continue;
             }
-            let parent = d.parent;
-            self.unlink_child(id);
-            let d = self.st.slots[id as usize].take().expect("live dentry");
-            self.st.free.push(id);
-            self.counters.dentries.fetch_sub(1, Ordering::Relaxed);
-            match d.ino {
-                Some(ino) => self.iput(ino),
+            match rs {
+                Some(rs) if !self.rename_lock.read_retry(rs) => return None,
+                Some(_) => continue,
                 None => {
-                    self.counters.negative.fetch_sub(1, Ordering::Relaxed);
+                    // A rename stayed in progress: wait for it under its lock.
+                    drop(self.rename_lock.read_locked());
                 }
             }
-            id = parent;
         }
     }
 
-    /// Removes `id` from the hash (`d_drop`); frees it if unused.
-    pub fn d_drop(&mut self, id: DentryId) {
-        let d = self.d_mut(id);
-        if !d.hashed {
-            return;
-        }
-        d.hashed = false;
-        let key = (d.parent, d.name.clone());
-        self.st.hash.remove(&key);
-        self.maybe_free(id);
+    fn hash_insert(&self, d: &Dentry, hash: u64) {
+        let b = self.bucket(hash);
+        b.lock.lock();
+        d.next
+            .store(b.head.load(Ordering::Relaxed), Ordering::Relaxed);
+        // Release: publishes the dentry's initialized fields to readers'
+        // Acquire loads of the chain.
+        b.head
+            .store(d as *const Dentry as *mut Dentry, Ordering::Release);
+        // SAFETY: locked just above.
+        unsafe { b.lock.unlock() };
     }
 
-    /// Unhashes `id` and every cached descendant (`d_invalidate`), freeing
-    /// whatever is unused. Used when a directory is removed or replaced.
-    pub fn d_invalidate(&mut self, id: DentryId) {
-        let mut stack = vec![id];
-        let mut order = Vec::new();
-        while let Some(x) = stack.pop() {
-            order.push(x);
-            let mut c = self.d(x).first_child;
-            while c != NONE {
-                stack.push(c);
-                c = self.d(c).next_sibling;
+    fn hash_remove(&self, d: &Dentry, hash: u64) {
+        let b = self.bucket(hash);
+        b.lock.lock();
+        let mut link = &b.head;
+        loop {
+            let cur = link.load(Ordering::Relaxed);
+            if cur.is_null() {
+                break;
             }
-        }
-        // Children first, so each parent sees its children gone.
-        for x in order.into_iter().rev() {
-            if self.st.slots[x as usize].is_some() {
-                self.d_drop(x);
+            if ptr::eq(cur, d) {
+                // Release: a reader that sees the new link sees the chain as
+                // it is after the removal. `d.next` stays intact, so a
+                // reader standing on `d` can go on.
+                link.store(d.next.load(Ordering::Relaxed), Ordering::Release);
+                break;
             }
+            // SAFETY: chain members are live while the bucket is locked.
+            link = unsafe { &(*cur).next };
         }
+        // SAFETY: locked above.
+        unsafe { b.lock.unlock() };
     }
 
-    /// The cached dentry for `name` in `parent`, if any.
-    pub fn d_lookup_cached(&self, parent: DentryId, name: &[u8]) -> Option<DentryId> {
-        // One allocation per probe: the global mode is the baseline, not the
-        // fast path.
-        self.st
-            .hash
-            .get(&(parent, Box::<[u8]>::from(name)))
-            .copied()
+    /// Allocates a dentry for `name` under `parent` with `inode` (null for
+    /// negative), hashes it, and returns a reference to it (`d_alloc` +
+    /// `d_add`). The caller holds `parent`'s directory lock and a
+    /// reference on `inode`, which passes to the dentry.
+    pub fn d_add<'a>(&'a self, parent: &Dentry, name: &[u8], inode: *const Inode) -> DRef<'a> {
+        let hash = name_hash(parent, name);
+        parent.lockref.get(); // the child's reference on its parent
+        let d = Box::into_raw(Box::new(Dentry {
+            seq: SeqCount::new(),
+            flags: AtomicU32::new(HASHED),
+            parent: AtomicPtr::new(parent as *const Dentry as *mut Dentry),
+            name: AtomicPtr::new(Box::into_raw(Box::new(Name {
+                hash,
+                bytes: name.into(),
+            }))),
+            inode: AtomicPtr::new(inode as *mut Inode),
+            next: AtomicPtr::new(ptr::null_mut()),
+            _pad: [0; 3],
+            lockref: Lockref::new(1),
+            tree: UnsafeCell::new(TreeLinks {
+                first_child: ptr::null(),
+                next_sibling: ptr::null(),
+                prev_sibling: ptr::null(),
+            }),
+        }));
+        // SAFETY: just allocated; published below.
+        let dr = unsafe { &*d };
+        let _t = self.tree_lock.lock();
+        // SAFETY: tree_lock is held.
+        unsafe { self.link_child(parent, dr) };
+        self.hash_insert(dr, hash);
+        self.counters.add_dentry(1, inode.is_null());
+        DRef { d: dr, dc: self }
     }
 
-    /// Looks `name` up in `parent`: from the cache (revalidated by the
-    /// filesystem's hook), else from the filesystem, caching the answer,
-    /// a miss included. Returns a possibly negative dentry.
-    pub fn d_lookup(&mut self, parent: DentryId, name: &[u8]) -> Result<DentryId> {
-        if let Some(id) = self.d_lookup_cached(parent, name) {
-            let d = self.d(id);
-            let pino = self.d(parent).ino.expect("positive parent");
-            let valid = match d.ino {
-                Some(ino) => self.fs.revalidate(pino, name, ino)?,
-                None => true,
-            };
-            if valid {
-                return Ok(id);
+    /// # Safety
+    /// The caller holds `tree_lock`.
+    unsafe fn link_child(&self, parent: &Dentry, d: &Dentry) {
+        // SAFETY: tree_lock is held (caller).
+        unsafe {
+            let pl = parent.links();
+            let dl = d.links();
+            dl.prev_sibling = ptr::null();
+            dl.next_sibling = pl.first_child;
+            if let Some(first) = pl.first_child.as_ref() {
+                first.links().prev_sibling = d;
             }
-            self.d_invalidate(id);
-        }
-        let pino = self.d(parent).ino.expect("positive parent");
-        match self.fs.lookup(pino, name) {
-            Ok(attr) => Ok(self.alloc(parent, name, Some(&attr))),
-            Err(e) if errno_of(&e) == ENOENT => Ok(self.alloc(parent, name, None)),
-            Err(e) => Err(e),
+            pl.first_child = d;
         }
     }
 
-    /// Records a name the filesystem just created (`d_instantiate`):
-    /// replaces any negative dentry for it.
-    pub fn d_instantiate(&mut self, parent: DentryId, name: &[u8], attr: &Attr) -> DentryId {
-        if let Some(old) = self.d_lookup_cached(parent, name) {
-            if self.d(old).ino.is_none() && self.d(old).refcount == 0 {
-                // Turn the negative dentry positive in place.
-                self.inode_from_fs(attr.ino);
-                self.counters.negative.fetch_sub(1, Ordering::Relaxed);
-                let d = self.d_mut(old);
-                d.ino = Some(attr.ino);
-                d.kind = Some(attr.kind);
-                return old;
+    /// # Safety
+    /// The caller holds `tree_lock`.
+    unsafe fn unlink_child(&self, parent: &Dentry, d: &Dentry) {
+        // SAFETY: tree_lock is held (caller).
+        unsafe {
+            let dl = d.links();
+            match dl.prev_sibling.as_ref() {
+                Some(prev) => prev.links().next_sibling = dl.next_sibling,
+                None => parent.links().first_child = dl.next_sibling,
             }
-            self.d_drop(old);
+            if let Some(next) = dl.next_sibling.as_ref() {
+                next.links().prev_sibling = dl.prev_sibling;
+            }
+            dl.prev_sibling = ptr::null();
+            dl.next_sibling = ptr::null();
         }
-        self.alloc(parent, name, Some(attr))
     }
 
-    /// Records that `id`'s name was removed (`d_delete`): an unused dentry
-    /// becomes negative; one in use is unhashed and lives on for its holders.
-    pub fn d_delete(&mut self, id: DentryId) {
-        let d = self.d(id);
-        if d.refcount == 0 && d.first_child == NONE {
-            let ino = d.ino;
-            let d = self.d_mut(id);
-            d.ino = None;
-            d.kind = None;
+    /// Turns a negative dentry positive (`d_instantiate`). The caller holds
+    /// the parent's directory lock and a reference on `inode`, which passes
+    /// to the dentry.
+    pub fn d_instantiate(&self, d: &Dentry, inode: *const Inode) {
+        let _g = d.lockref.lock();
+        debug_assert!(d.inode.load(Ordering::Relaxed).is_null());
+        d.seq.write_begin();
+        // Release: publishes the inode's fields (see `Dentry::inode`).
+        d.inode.store(inode as *mut Inode, Ordering::Release);
+        d.seq.write_end();
+        self.counters.negative.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Records that `d`'s name was removed (`d_delete`): if the caller's
+    /// reference is the only one, `d` becomes negative in place; otherwise it
+    /// is unhashed and lives on, positive, for its other holders.
+    pub fn d_delete(&self, d: &Dentry) {
+        let _t = self.tree_lock.lock();
+        let g = d.lockref.lock();
+        // SAFETY: tree_lock is held.
+        let childless = unsafe { d.links().first_child.is_null() };
+        if g.count() == 1 && childless {
+            d.seq.write_begin();
+            let inode = d.inode.swap(ptr::null_mut(), Ordering::Relaxed);
+            d.seq.write_end();
+            drop(g);
             self.counters.negative.fetch_add(1, Ordering::Relaxed);
-            if let Some(ino) = ino {
-                self.iput(ino);
+            if !inode.is_null() {
+                // SAFETY: the dentry owned this reference on the inode.
+                unsafe {
+                    self.itable
+                        .iput(inode, &*self.fs, &self.rcu, &self.counters)
+                };
             }
         } else {
-            self.d_invalidate(id);
+            drop(g);
+            // SAFETY: tree_lock is held.
+            unsafe { self.invalidate_locked(d) };
         }
+    }
+
+    /// Unhashes `d` (`__d_drop`) and every cached descendant (`d_invalidate`),
+    /// killing whatever is unused. Takes `tree_lock`.
+    pub fn d_invalidate(&self, d: &Dentry) {
+        let _t = self.tree_lock.lock();
+        // SAFETY: tree_lock is held.
+        unsafe { self.invalidate_locked(d) };
+    }
+
+    /// # Safety
+    /// The caller holds `tree_lock`.
+    unsafe fn invalidate_locked(&self, d: &Dentry) {
+        // Children first: collect them, then drop each subtree.
+        let mut stack = vec![d as *const Dentry];
+        let mut order: Vec<*const Dentry> = Vec::new();
+        while let Some(x) = stack.pop() {
+            order.push(x);
+            // SAFETY: tree_lock is held; tree members are live.
+            let mut c = unsafe { (*x).links().first_child };
+            while !c.is_null() {
+                stack.push(c);
+                // SAFETY: as above.
+                c = unsafe { (*c).links().next_sibling };
+            }
+        }
+        // Pin every member while we drop, so a kill cannot free one we
+        // still have to visit, then release the pins (which kills the
+        // unused ones, leaves first).
+        // A member already dead is being killed by its last holder, who
+        // waits for tree_lock; it has no children and is unhashed: skip it.
+        // SAFETY: live (above).
+        order.retain(|&x| unsafe { (*x).lockref.get_not_dead() });
+        for &x in order.iter().rev() {
+            // SAFETY: pinned above; tree_lock held.
+            unsafe {
+                self.d_drop_locked(&*x);
+                self.dput_locked(&*x);
+            }
+        }
+    }
+
+    /// Unhashes `d`; kills it if unused.
+    ///
+    /// # Safety
+    /// The caller holds `tree_lock`.
+    unsafe fn d_drop_locked(&self, d: &Dentry) {
+        let mut g = d.lockref.lock();
+        if d.flags.load(Ordering::Relaxed) & HASHED == 0 {
+            return;
+        }
+        self.hash_remove(d, d.name().hash);
+        d.flags.fetch_and(!HASHED, Ordering::Relaxed);
+        d.seq.invalidate();
+        if g.count() == 0 {
+            g.mark_dead();
+            drop(g);
+            // SAFETY: tree_lock is held; `d` is dead and unhashed.
+            unsafe { self.kill_locked(d) };
+        }
+    }
+
+    /// Frees a dead dentry (`dentry_kill`): off its parent's children list,
+    /// its inode reference returned, its memory retired through RCU, and
+    /// its reference on its parent dropped (which may kill the parent).
+    ///
+    /// # Safety
+    /// The caller holds `tree_lock`; `d` is dead and unhashed.
+    unsafe fn kill_locked(&self, d: &Dentry) {
+        let mut d = d as *const Dentry;
+        loop {
+            // SAFETY: `d` is dead but not yet retired.
+            let dr = unsafe { &*d };
+            let parent = dr.parent.load(Ordering::Relaxed);
+            // SAFETY: tree_lock is held.
+            unsafe { self.unlink_child(&*parent, dr) };
+            let inode = dr.inode.swap(ptr::null_mut(), Ordering::Relaxed);
+            self.counters.add_dentry(-1, inode.is_null());
+            if !inode.is_null() {
+                // SAFETY: the dentry owned this reference.
+                unsafe {
+                    self.itable
+                        .iput(inode, &*self.fs, &self.rcu, &self.counters)
+                };
+            }
+            let name = dr.name.load(Ordering::Relaxed);
+            // SAFETY: unhashed and off the tree: only RCU readers that found
+            // it earlier can see it, and they are waited out.
+            unsafe {
+                self.rcu.retire_box(name);
+                self.rcu.retire_box(d as *mut Dentry);
+            }
+            // Drop the reference on the parent.
+            // SAFETY: the child's reference kept the parent live.
+            let p = unsafe { &*parent };
+            match p.lockref.put_or_lock() {
+                None => return,
+                Some(mut g) => {
+                    if p.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
+                        g.set_count(g.count() - 1);
+                        return;
+                    }
+                    g.mark_dead();
+                    drop(g);
+                    d = parent;
+                }
+            }
+        }
+    }
+
+    /// Drops a reference (`dput`). The last reference to a hashed dentry
+    /// leaves it cached and unused; to an unhashed one, kills it.
+    pub fn dput(&self, d: &Dentry) {
+        let Some(mut g) = d.lockref.put_or_lock() else {
+            return;
+        };
+        if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
+            g.set_count(g.count() - 1);
+            return;
+        }
+        g.mark_dead();
+        drop(g);
+        let _t = self.tree_lock.lock();
+        // SAFETY: tree_lock held; dead and unhashed.
+        unsafe { self.kill_locked(d) };
+    }
+
+    /// # Safety
+    /// The caller holds `tree_lock` and a reference on `d`.
+    unsafe fn dput_locked(&self, d: &Dentry) {
+        let Some(mut g) = d.lockref.put_or_lock() else {
+            return;
+        };
+        if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
+            g.set_count(g.count() - 1);
+            return;
+        }
+        g.mark_dead();
+        drop(g);
+        // SAFETY: tree_lock held (caller); dead and unhashed.
+        unsafe { self.kill_locked(d) };
     }
 
     /// Records a rename the filesystem just made (`d_move`). `src` is the
-    /// cached dentry of the old name, `dst` that of the new name, if cached.
+    /// dentry of the old name; `dst` that of the new name (negative or not).
+    /// The caller holds the directory locks of both parents.
     pub fn d_move(
-        &mut self,
-        src: DentryId,
-        new_parent: DentryId,
+        &self,
+        src: &Dentry,
+        new_parent: &Dentry,
         new_name: &[u8],
-        dst: Option<DentryId>,
+        dst: &Dentry,
         exchange: bool,
     ) {
+        let _t = self.tree_lock.lock();
+        let _w = self.rename_lock.write();
         if exchange {
-            let dst = dst.expect("exchange target is cached");
-            let (sp, sn) = (self.d(src).parent, self.d(src).name.clone());
-            self.rehash(src, new_parent, new_name);
-            self.rehash_over(dst, sp, &sn);
+            let (sp, sn) = (src.parent(), src.name().bytes.clone());
+            // SAFETY: tree_lock is held.
+            unsafe {
+                self.rehash(src, new_parent, new_name);
+                self.rehash(dst, sp, &sn);
+            }
             return;
         }
-        if let Some(dst) = dst {
-            if dst != src {
-                self.d_invalidate(dst);
+        if !ptr::eq(src, dst) {
+            // SAFETY: tree_lock is held.
+            unsafe { self.invalidate_locked(dst) };
+        }
+        // SAFETY: tree_lock is held.
+        unsafe { self.rehash(src, new_parent, new_name) };
+    }
+
+    /// Moves `d` to `name` under `parent`.
+    ///
+    /// # Safety
+    /// The caller holds `tree_lock` and the rename lock's write section.
+    unsafe fn rehash(&self, d: &Dentry, parent: &Dentry, name: &[u8]) {
+        let g = d.lockref.lock();
+        let old_parent = d.parent.load(Ordering::Relaxed);
+        let old_name = d.name.load(Ordering::Relaxed);
+        let hashed = d.flags.load(Ordering::Relaxed) & HASHED != 0;
+        if hashed {
+            // SAFETY: the old name is live until retired below.
+            self.hash_remove(d, unsafe { (*old_name).hash });
+        }
+        let hash = name_hash(parent, name);
+        d.seq.write_begin();
+        let new_name = Box::into_raw(Box::new(Name {
+            hash,
+            bytes: name.into(),
+        }));
+        d.name.store(new_name, Ordering::Release);
+        if !ptr::eq(old_parent, parent) {
+            parent.lockref.get();
+            // SAFETY: tree_lock is held.
+            unsafe {
+                self.unlink_child(&*old_parent, d);
+                self.link_child(parent, d);
             }
+            d.parent
+                .store(parent as *const Dentry as *mut Dentry, Ordering::Release);
         }
-        self.rehash(src, new_parent, new_name);
-    }
-
-    fn rehash(&mut self, id: DentryId, parent: DentryId, name: &[u8]) {
-        let d = self.d(id);
-        let key = (d.parent, d.name.clone());
-        if d.hashed && self.st.hash.get(&key) == Some(&id) {
-            self.st.hash.remove(&key);
-        }
-        self.rehash_over(id, parent, name);
-    }
-
-    fn rehash_over(&mut self, id: DentryId, parent: DentryId, name: &[u8]) {
-        let old_parent = self.d(id).parent;
-        if old_parent != parent {
-            self.unlink_child(id);
-            self.link_child(parent, id);
-        }
-        let d = self.d_mut(id);
-        d.name = name.into();
-        d.hashed = true;
-        self.st.hash.insert((parent, name.into()), id);
-        if old_parent != parent {
-            self.maybe_free(old_parent);
+        d.flags.fetch_or(HASHED, Ordering::Relaxed);
+        d.seq.write_end();
+        self.hash_insert(d, hash);
+        drop(g);
+        // SAFETY: no longer reachable from the dentry; readers that loaded
+        // it are waited out.
+        unsafe { self.rcu.retire_box(old_name) };
+        if !ptr::eq(old_parent, parent) {
+            // SAFETY: tree_lock held; `d` held the reference we drop.
+            unsafe { self.dput_locked(&*old_parent) };
         }
     }
 
-    /// Is `anc` an ancestor of `id` (or `id` itself)?
-    pub fn is_ancestor(&self, anc: DentryId, mut id: DentryId) -> bool {
+    /// Is `anc` an ancestor of `d` (or `d` itself)? The caller holds the
+    /// global rename mutex, so the tree's shape above both cannot change.
+    pub fn is_ancestor(&self, anc: &Dentry, d: &Dentry) -> bool {
+        let _g = self.rcu.read_lock();
+        let mut cur = d;
         loop {
-            if id == anc {
+            if ptr::eq(cur, anc) {
                 return true;
             }
-            if id == self.st.root {
+            if cur.is_root() {
                 return false;
             }
-            id = self.d(id).parent;
+            cur = cur.parent();
         }
     }
 
-    /// Drops every unused dentry (`shrink_dcache_sb` / "drop caches").
-    pub fn shrink_all(&mut self) {
+    /// Kills every unused dentry (like dropping caches), leaves first.
+    pub fn shrink_all(&self) {
+        let _t = self.tree_lock.lock();
         loop {
-            let before = self.len();
-            self.shrink_pass();
-            if self.len() == before {
+            let mut victims = Vec::new();
+            let mut stack = vec![self.root];
+            while let Some(x) = stack.pop() {
+                // SAFETY: tree_lock held; tree members are live.
+                let mut c = unsafe { (*x).links().first_child };
+                while !c.is_null() {
+                    // SAFETY: as above.
+                    let cr = unsafe { &*c };
+                    // SAFETY: as above.
+                    if unsafe { cr.links().first_child.is_null() } {
+                        if cr.lockref.count_hint() == 0 {
+                            victims.push(c);
+                        }
+                    } else {
+                        stack.push(c);
+                    }
+                    // SAFETY: as above.
+                    c = unsafe { cr.links().next_sibling };
+                }
+            }
+            let mut killed = 0;
+            for v in victims {
+                // SAFETY: live: only this thread kills (tree_lock held), and
+                // a count of zero means no child reference either.
+                let d = unsafe { &*v };
+                let mut g = d.lockref.lock();
+                if g.count() != 0 {
+                    continue;
+                }
+                if d.flags.load(Ordering::Relaxed) & HASHED != 0 {
+                    self.hash_remove(d, d.name().hash);
+                    d.flags.fetch_and(!HASHED, Ordering::Relaxed);
+                }
+                d.seq.invalidate();
+                g.mark_dead();
+                drop(g);
+                // SAFETY: tree_lock held; dead and unhashed.
+                unsafe { self.kill_locked(d) };
+                killed += 1;
+            }
+            if killed == 0 {
                 return;
             }
         }
-    }
-
-    fn shrink_pass(&mut self) {
-        let ids: Vec<DentryId> = (0..self.st.slots.len() as DentryId)
-            .filter(|&i| self.st.slots[i as usize].is_some())
-            .collect();
-        for id in ids {
-            if self.st.slots[id as usize].is_some()
-                && self.d(id).refcount == 0
-                && self.d(id).first_child == NONE
-            {
-                self.d_drop(id);
-            }
-        }
-    }
-
-    /// Dentries cached now (`nr_dentry`).
-    pub fn len(&self) -> usize {
-        self.st.slots.len() - self.st.free.len()
     }
 }
 
 impl Drop for Dcache {
     /// Teardown (`shrink_dcache_for_umount`): nothing else can reach the
-    /// cache, so every dentry and in-core inode goes; the filesystem drops
-    /// its own tables with itself.
+    /// cache, so every dentry goes without locks, then every inode.
     fn drop(&mut self) {
-        let st = &mut *self.state.lock();
-        let live = st.slots.iter().filter(|s| s.is_some()).count() as i64;
-        let negative = st
-            .slots
-            .iter()
-            .flatten()
-            .filter(|d| d.ino.is_none())
-            .count() as i64;
-        self.counters.dentries.fetch_sub(live, Ordering::Relaxed);
-        self.counters
-            .negative
-            .fetch_sub(negative, Ordering::Relaxed);
-        self.counters
-            .inodes
-            .fetch_sub(st.inodes.len() as i64, Ordering::Relaxed);
-        st.slots.clear();
-        st.hash.clear();
-        st.inodes.clear();
+        let mut stack = vec![self.root];
+        while let Some(x) = stack.pop() {
+            // SAFETY: teardown: we own every dentry in the tree.
+            let d = unsafe { Box::from_raw(x as *mut Dentry) };
+            // SAFETY: we own the whole tree; nobody else touches the links.
+            let mut c = unsafe { (*d.tree.get()).first_child };
+            while !c.is_null() {
+                stack.push(c);
+                // SAFETY: as above; `c` is freed only when popped.
+                c = unsafe { (*(*c).tree.get()).next_sibling };
+            }
+            let inode = d.inode.load(Ordering::Relaxed);
+            self.counters.add_dentry(-1, inode.is_null());
+            // SAFETY: the name is owned by the dentry.
+            drop(unsafe { Box::from_raw(d.name.load(Ordering::Relaxed)) });
+        }
+        self.itable.clear(&self.counters);
     }
 }

@@ -290,4 +290,11 @@ pub trait FileSystem: Send + Sync + 'static {
     fn revalidate(&self, _parent: Ino, _name: &[u8], _ino: Ino) -> Result<bool> {
         Ok(true)
     }
+
+    /// Whether [`revalidate`](Self::revalidate) must be asked before a
+    /// cached entry is trusted. `false` (the default) lets lookups of cached
+    /// names run without calling the filesystem at all (RCU-walk).
+    fn revalidates(&self) -> bool {
+        false
+    }
 }

@@ -1,0 +1,273 @@
+//! In-core inodes: the VFS's cached copy of a filesystem inode's attributes,
+//! readable with no lock and no store.
+//!
+//! # Locks
+//!
+//! | lock / protocol        | protects                                          |
+//! |------------------------|---------------------------------------------------|
+//! | `Inode::attrs` (seqlock) | every attribute field; writers hold its lock    |
+//! | `Inode::dir_lock`      | a directory's entries while a name in it is looked up in the filesystem, created, removed or renamed (Linux `i_rwsem`) |
+//! | `InodeTable::map`      | the ino -> inode map and the 0 <-> 1 transitions of `refs` |
+//!
+//! Order: `dir_lock`s (see `vfs.rs` for their order among themselves), then
+//! the dcache's `tree_lock`, then `InodeTable::map`, then `attrs`' lock.
+//!
+//! # Reading attributes
+//!
+//! Attributes are atomics written under `attrs`' write section and read
+//! under its sequence count ([`Inode::attr`]): a stat of a cached path
+//! reads them with relaxed loads, validates the count, and retries a bounded
+//! number of times before taking the lock. Nothing is stored.
+//!
+//! # Lifetime
+//!
+//! `refs` counts dentries that point here and open files. The last `iput`
+//! removes the inode from the table, returns the filesystem's lookup count
+//! (`FileSystem::forget`) and frees the inode through `call_rcu`, because an
+//! RCU walker may still be reading it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crate::dcache::LiveCounters;
+use crate::fs::{Attr, FileSystem, FileType, Ino, Timespec};
+use crate::sync::{Mutex, Rcu, SeqLock};
+
+struct Times {
+    sec: AtomicI64,
+    nsec: AtomicU32,
+}
+
+impl Times {
+    fn new(t: Timespec) -> Times {
+        Times {
+            sec: AtomicI64::new(t.sec),
+            nsec: AtomicU32::new(t.nsec),
+        }
+    }
+    fn load(&self) -> Timespec {
+        Timespec {
+            sec: self.sec.load(Ordering::Relaxed),
+            nsec: self.nsec.load(Ordering::Relaxed),
+        }
+    }
+    fn store(&self, t: Timespec) {
+        self.sec.store(t.sec, Ordering::Relaxed);
+        self.nsec.store(t.nsec, Ordering::Relaxed);
+    }
+}
+
+/// An in-core inode.
+pub(crate) struct Inode {
+    pub ino: Ino,
+    pub kind: FileType,
+    // Read under `attrs`' sequence count with relaxed loads; written in its
+    // write sections with relaxed stores (the seqlock's fences order them).
+    attrs: SeqLock,
+    perm: AtomicU32,
+    nlink: AtomicU32,
+    uid: AtomicU32,
+    gid: AtomicU32,
+    size: AtomicU64,
+    blocks: AtomicU64,
+    rdev: AtomicU64,
+    atime: Times,
+    mtime: Times,
+    ctime: Times,
+    /// A symlink's target, read once: targets never change.
+    pub link: OnceLock<Box<[u8]>>,
+    pub dir_lock: Mutex<()>,
+    refs: AtomicUsize,
+    nlookup: AtomicU64,
+}
+
+impl Inode {
+    fn new(a: &Attr) -> Inode {
+        Inode {
+            ino: a.ino,
+            kind: a.kind,
+            attrs: SeqLock::new(),
+            perm: AtomicU32::new(a.perm),
+            nlink: AtomicU32::new(a.nlink),
+            uid: AtomicU32::new(a.uid),
+            gid: AtomicU32::new(a.gid),
+            size: AtomicU64::new(a.size),
+            blocks: AtomicU64::new(a.blocks),
+            rdev: AtomicU64::new(a.rdev),
+            atime: Times::new(a.atime),
+            mtime: Times::new(a.mtime),
+            ctime: Times::new(a.ctime),
+            link: OnceLock::new(),
+            dir_lock: Mutex::new(()),
+            refs: AtomicUsize::new(0),
+            nlookup: AtomicU64::new(0),
+        }
+    }
+
+    /// The attributes, as one consistent snapshot. Writes nothing shared
+    /// (unless a writer stays in progress past the bounded retries, when it
+    /// takes the lock).
+    #[inline]
+    pub fn attr(&self) -> Attr {
+        self.attrs.read(|| Attr {
+            ino: self.ino,
+            kind: self.kind,
+            perm: self.perm.load(Ordering::Relaxed),
+            nlink: self.nlink.load(Ordering::Relaxed),
+            uid: self.uid.load(Ordering::Relaxed),
+            gid: self.gid.load(Ordering::Relaxed),
+            size: self.size.load(Ordering::Relaxed),
+            blocks: self.blocks.load(Ordering::Relaxed),
+            atime: self.atime.load(),
+            mtime: self.mtime.load(),
+            ctime: self.ctime.load(),
+            rdev: self.rdev.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Replaces the cached attributes with `a` (from the filesystem).
+    pub fn set_attr(&self, a: &Attr) {
+        debug_assert_eq!(a.ino, self.ino);
+        let _w = self.attrs.write();
+        self.perm.store(a.perm, Ordering::Relaxed);
+        self.nlink.store(a.nlink, Ordering::Relaxed);
+        self.uid.store(a.uid, Ordering::Relaxed);
+        self.gid.store(a.gid, Ordering::Relaxed);
+        self.size.store(a.size, Ordering::Relaxed);
+        self.blocks.store(a.blocks, Ordering::Relaxed);
+        self.rdev.store(a.rdev, Ordering::Relaxed);
+        self.atime.store(a.atime);
+        self.mtime.store(a.mtime);
+        self.ctime.store(a.ctime);
+    }
+
+    /// Re-reads the attributes from the filesystem after a change.
+    pub fn refresh(&self, fs: &dyn FileSystem) {
+        if let Ok(a) = fs.getattr(self.ino) {
+            self.set_attr(&a);
+        }
+    }
+
+    /// Takes a reference; the caller already holds one (directly or through
+    /// a dentry it holds), so the count is not zero.
+    pub fn hold(&self) {
+        let old = self.refs.fetch_add(1, Ordering::Relaxed);
+        debug_assert!(old > 0);
+    }
+}
+
+/// The ino -> in-core inode map of one Vfs (Linux `inode_hashtable`, with
+/// `iget` and `iput`).
+pub(crate) struct InodeTable {
+    map: Mutex<HashMap<Ino, *const Inode>>,
+}
+
+// SAFETY: the raw pointers are owned by the table (allocated by `iget`,
+// freed through RCU by `iput`); `Inode` is Send + Sync.
+unsafe impl Send for InodeTable {}
+// SAFETY: as above; the map is behind a lock.
+unsafe impl Sync for InodeTable {}
+
+impl InodeTable {
+    pub fn new() -> InodeTable {
+        InodeTable {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The in-core inode for `attr` with one more reference, created (with
+    /// `attr`'s attributes) if absent. `counted_lookup`: the filesystem
+    /// counted a lookup reference for this call that we now owe.
+    pub fn iget(
+        &self,
+        attr: &Attr,
+        counted_lookup: bool,
+        fs: &dyn FileSystem,
+        counters: &LiveCounters,
+    ) -> *const Inode {
+        let mut map = self.map.lock();
+        let p = match map.get(&attr.ino) {
+            Some(&p) => {
+                // SAFETY: pointers in the map are live: iput removes them
+                // under this lock before retiring them.
+                unsafe { (*p).set_attr(attr) };
+                p
+            }
+            None => {
+                let inode = Box::new(Inode::new(attr));
+                if attr.kind == FileType::Symlink {
+                    if let Ok(t) = fs.readlink(attr.ino) {
+                        let _ = inode.link.set(t.into_boxed_slice());
+                    }
+                }
+                let p = Box::into_raw(inode) as *const Inode;
+                map.insert(attr.ino, p);
+                counters.add_inode(1);
+                p
+            }
+        };
+        // SAFETY: `p` is live (above) and we hold the map lock.
+        let inode = unsafe { &*p };
+        inode.refs.fetch_add(1, Ordering::Relaxed);
+        if counted_lookup {
+            inode.nlookup.fetch_add(1, Ordering::Relaxed);
+        }
+        p
+    }
+
+    /// Drops a reference; the last one forgets and frees the inode.
+    ///
+    /// # Safety
+    /// `p` came from `iget` and the caller owns one of its references.
+    pub unsafe fn iput(
+        &self,
+        p: *const Inode,
+        fs: &dyn FileSystem,
+        rcu: &Rcu,
+        counters: &LiveCounters,
+    ) {
+        // SAFETY: the caller owns a reference, so the inode is live.
+        let inode = unsafe { &*p };
+        // Fast path: not the last reference. Release pairs with the Acquire
+        // fence of whoever drops the last one.
+        let mut cur = inode.refs.load(Ordering::Relaxed);
+        while cur > 1 {
+            match inode.refs.compare_exchange_weak(
+                cur,
+                cur - 1,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(c) => cur = c,
+            }
+        }
+        let mut map = self.map.lock();
+        if inode.refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        std::sync::atomic::fence(Ordering::Acquire);
+        map.remove(&inode.ino);
+        drop(map);
+        counters.add_inode(-1);
+        let n = inode.nlookup.load(Ordering::Relaxed);
+        if n > 0 {
+            fs.forget(inode.ino, n);
+        }
+        // SAFETY: removed from the table, and no dentry or file points here
+        // (refs reached zero), so only RCU readers that loaded it earlier
+        // can still see it; they are waited out.
+        unsafe { rcu.retire_box(p as *mut Inode) };
+    }
+
+    /// Frees every inode left (teardown, when nothing else can reach them).
+    pub fn clear(&self, counters: &LiveCounters) {
+        let mut map = self.map.lock();
+        for (_, p) in map.drain() {
+            counters.add_inode(-1);
+            // SAFETY: teardown: no reader, dentry or file remains.
+            drop(unsafe { Box::from_raw(p as *mut Inode) });
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The seed techniques as switchable policies, chosen when a `Vfs` is built.
+//! Every decision a mode makes is a method here, so each mode's behaviour
+//! reads in one place.
+//!
+//! | mode      | lookup and stat of a cached path                                   | seed |
+//! |-----------|--------------------------------------------------------------------|------|
+//! | `global`  | one lock held over every namespace operation, stat included (Linux 2.4's `dcache_lock`; gVisor's per-filesystem lock over the walk) | 003 (before) |
+//! | `lockref` | REF-walk: a compare-and-swap reference on every component       | 000  |
+//! | `rcuwalk` | RCU-walk; stat takes and drops a reference on the final dentry (Linux today) | 003, 002 |
+//! | `norefs`  | RCU-walk; stat reads attributes under the inode's sequence count and takes no reference: nothing shared is written (default) | beyond Linux |
+
+/// How lookups take references.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RefMode {
+    Global,
+    Lockref,
+    RcuWalk,
+    #[default]
+    NoRefs,
+}
+
+impl RefMode {
+    pub const ALL: [RefMode; 4] = [
+        RefMode::Global,
+        RefMode::Lockref,
+        RefMode::RcuWalk,
+        RefMode::NoRefs,
+    ];
+
+    /// The name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            RefMode::Global => "global",
+            RefMode::Lockref => "lockref",
+            RefMode::RcuWalk => "rcuwalk",
+            RefMode::NoRefs => "norefs",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<RefMode> {
+        RefMode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Every namespace operation holds the one global lock.
+    #[inline(always)]
+    pub(crate) fn takes_global_lock(self) -> bool {
+        self == RefMode::Global
+    }
+
+    /// Lookups try RCU-walk before REF-walk.
+    #[inline(always)]
+    pub(crate) fn tries_rcu_walk(self) -> bool {
+        matches!(self, RefMode::RcuWalk | RefMode::NoRefs)
+    }
+
+    /// Stat pins the final dentry (a get and a put), as Linux's
+    /// `vfs_statx` does through `path_put`.
+    #[inline(always)]
+    pub(crate) fn stat_pins_final(self) -> bool {
+        self == RefMode::RcuWalk
+    }
+}
