@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use rcuvfs::Vfs;
+use rcuvfs::{RefMode, Vfs};
 use serde::Serialize;
 
 #[derive(Args, Debug)]
@@ -20,7 +20,8 @@ pub struct BenchArgs {
     /// twice the cores).
     #[arg(long, default_value = "1,2")]
     threads: String,
-    /// Modes and peers, comma-separated, or `all`: global, host.
+    /// Modes and peers, comma-separated, or `all`: global, lockref,
+    /// rcuwalk, norefs, host.
     #[arg(long, default_value = "all")]
     modes: String,
     /// Seconds per measured cell.
@@ -41,7 +42,7 @@ pub struct BenchArgs {
 }
 
 const WORKLOADS: &[&str] = &["stat-same", "stat-private"];
-const MODES: &[&str] = &["global", "host"];
+const MODES: &[&str] = &["global", "lockref", "rcuwalk", "norefs", "host"];
 /// Depth of the stat path, as the lab's stat workloads use.
 const DEPTH: usize = 4;
 
@@ -141,8 +142,10 @@ fn build_target(
     let private = workload == "stat-private";
     let paths = tree_paths(private, threads);
     match mode {
-        "global" => {
-            let vfs = Vfs::new();
+        m if RefMode::from_name(m).is_some() => {
+            let vfs = Vfs::builder()
+                .mode(RefMode::from_name(m).unwrap())
+                .build()?;
             for p in &paths {
                 let parent = std::path::Path::new(p).parent().unwrap();
                 vfs.create_dir_all(parent)?;

@@ -1,9 +1,8 @@
 //! `rcuvfs`: the command-line front end.
 //!
-//! `rcuvfs bench` measures the library against the host kernel. This first
-//! version runs the stat workloads in the `global` mode (the foundation's
-//! globally locked dcache) against the `host` peer; the lab adds the other
-//! modes and workloads to the same registry.
+//! `rcuvfs bench` measures the library against the host kernel: the stat
+//! workloads in each reference mode (global, lockref, rcuwalk, norefs) and
+//! the `host` peer; the lab adds the other workloads to the same registry.
 
 mod bench;
 

@@ -188,10 +188,21 @@ pub(crate) fn name_hash(parent: *const Dentry, name: &[u8]) -> u64 {
     for c in &mut chunks {
         h = (h.rotate_left(5) ^ u64::from_le_bytes(c.try_into().unwrap())).wrapping_mul(K);
     }
-    let mut tail = [0u8; 8];
-    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-    h = (h.rotate_left(5) ^ u64::from_le_bytes(tail) ^ name.len() as u64).wrapping_mul(K);
+    // The tail is assembled in a register: copying it to the stack and
+    // loading it back as one word stalls on store forwarding.
+    let mut tail = 0u64;
+    for (i, &b) in chunks.remainder().iter().enumerate() {
+        tail |= u64::from(b) << (8 * i);
+    }
+    h = (h.rotate_left(5) ^ tail ^ name.len() as u64).wrapping_mul(K);
     h ^ (h >> 29)
+}
+
+/// Byte equality without a call to `memcmp` for the short names that paths
+/// are made of.
+#[inline(always)]
+fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 struct Bucket {
@@ -370,7 +381,7 @@ impl Dcache {
                 continue;
             }
             let n = d.name();
-            if n.hash != hash || *n.bytes != *name {
+            if n.hash != hash || !same_name(&n.bytes, name) {
                 continue;
             }
             if seq & 1 != 0 {
