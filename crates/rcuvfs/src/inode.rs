@@ -26,8 +26,8 @@
 //! (`FileSystem::forget`) and frees the inode through `call_rcu`, because an
 //! RCU walker may still be reading it.
 
+use crate::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::dcache::LiveCounters;
@@ -247,7 +247,7 @@ impl InodeTable {
         if inode.refs.fetch_sub(1, Ordering::Release) != 1 {
             return;
         }
-        std::sync::atomic::fence(Ordering::Acquire);
+        crate::sync::atomic::fence(Ordering::Acquire);
         map.remove(&inode.ino);
         drop(map);
         counters.add_inode(-1);

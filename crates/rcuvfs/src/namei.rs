@@ -159,7 +159,7 @@ impl Dcache {
         let mut comps = components(path).peekable();
         while let Some(c) = comps.next() {
             let last = comps.peek().is_none();
-            let Some(ci) = cur.inode() else { return None };
+            let ci = cur.inode()?;
             if ci.kind != FileType::Dir {
                 return validated(cur, seq, ENOTDIR);
             }

@@ -43,7 +43,9 @@
 
 use std::cell::UnsafeCell;
 use std::ptr;
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::AtomicI64;
+
+use crate::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::fs::FileSystem;
@@ -53,6 +55,8 @@ use crate::sync::{Lockref, Mutex, Rcu, RcuGuard, SeqCount, SeqLock};
 /// Live-object counters of one `Vfs`, kept past its end so that tests can
 /// check that teardown freed everything. Updated on allocation and free
 /// only, never on a lookup.
+/// Plain std atomics: counters are not part of any protocol, so loom need
+/// not see them.
 #[derive(Debug, Default)]
 pub struct LiveCounters {
     dentries: AtomicI64,
@@ -62,21 +66,24 @@ pub struct LiveCounters {
 
 impl LiveCounters {
     pub fn dentries(&self) -> i64 {
-        self.dentries.load(Ordering::Relaxed)
+        self.dentries.load(std::sync::atomic::Ordering::Relaxed)
     }
     pub fn negative_dentries(&self) -> i64 {
-        self.negative.load(Ordering::Relaxed)
+        self.negative.load(std::sync::atomic::Ordering::Relaxed)
     }
     pub fn inodes(&self) -> i64 {
-        self.inodes.load(Ordering::Relaxed)
+        self.inodes.load(std::sync::atomic::Ordering::Relaxed)
     }
     pub(crate) fn add_inode(&self, n: i64) {
-        self.inodes.fetch_add(n, Ordering::Relaxed);
+        self.inodes
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
     fn add_dentry(&self, n: i64, negative: bool) {
-        self.dentries.fetch_add(n, Ordering::Relaxed);
+        self.dentries
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         if negative {
-            self.negative.fetch_add(n, Ordering::Relaxed);
+            self.negative
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -124,6 +131,7 @@ unsafe impl Send for Dentry {}
 // SAFETY: as above.
 unsafe impl Sync for Dentry {}
 
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::offset_of!(Dentry, lockref) == 64);
 
 impl Dentry {
@@ -283,7 +291,7 @@ unsafe impl Sync for Dcache {}
 
 impl Dcache {
     pub fn new(fs: Arc<dyn FileSystem>, buckets: usize) -> std::io::Result<Dcache> {
-        let n = buckets.next_power_of_two().max(16);
+        let n = buckets.next_power_of_two().max(1);
         let counters = Arc::new(LiveCounters::default());
         let mut dc = Dcache {
             fs: fs.clone(),
@@ -377,7 +385,18 @@ impl Dcache {
             let d = unsafe { &*p };
             p = d.next.load(Ordering::Acquire);
             let seq = d.seq.raw();
-            if d.parent.load(Ordering::Relaxed) as *const Dentry != parent as *const Dentry {
+            // A reader can reach a dentry through a chain link loaded before
+            // it was unhashed. If the count we just read is the one the
+            // unhash published (`seq.invalidate`, Release fence, paired with
+            // this Acquire load), the cleared `HASHED` flag is visible too:
+            // skip the dentry, or a killed dentry's null inode would read as
+            // a negative entry. If we read the count from before, the
+            // caller's final check fails instead. (Linux: `d_unhashed` in
+            // `__d_lookup_rcu`.)
+            if d.flags.load(Ordering::Relaxed) & HASHED == 0 {
+                continue;
+            }
+            if !ptr::eq(d.parent.load(Ordering::Relaxed), parent) {
                 continue;
             }
             let n = d.name();
@@ -535,7 +554,9 @@ impl Dcache {
         // Release: publishes the inode's fields (see `Dentry::inode`).
         d.inode.store(inode as *mut Inode, Ordering::Release);
         d.seq.write_end();
-        self.counters.negative.fetch_sub(1, Ordering::Relaxed);
+        self.counters
+            .negative
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Records that `d`'s name was removed (`d_delete`): if the caller's
@@ -551,7 +572,9 @@ impl Dcache {
             let inode = d.inode.swap(ptr::null_mut(), Ordering::Relaxed);
             d.seq.write_end();
             drop(g);
-            self.counters.negative.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .negative
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if !inode.is_null() {
                 // SAFETY: the dentry owned this reference on the inode.
                 unsafe {
@@ -870,3 +893,6 @@ impl Drop for Dcache {
         self.itable.clear(&self.counters);
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests;

@@ -18,7 +18,9 @@
 //! `Release` swap, so everything the previous holder wrote is visible to the
 //! next. Failed CASes and spinning loads are `Relaxed`: they publish nothing.
 
-use super::atomic::{park, spin_hint, unpark_all, AtomicU8, Ordering, UnsafeCell, SPIN_LIMIT};
+use core::cell::UnsafeCell;
+
+use super::atomic::{park, spin_hint, unpark_all, AtomicU8, Ordering, SPIN_LIMIT};
 
 const LOCKED: u8 = 1;
 const PARKED: u8 = 2;
@@ -119,7 +121,9 @@ impl RawMutex {
     }
 }
 
-/// A mutual-exclusion lock over `T` built on [`RawMutex`].
+/// A mutual-exclusion lock over `T` built on [`RawMutex`]. The data sits in
+/// a plain `UnsafeCell` even under loom: loom checks the lock word's
+/// protocol, and the lock is what makes the data accesses exclusive.
 pub struct Mutex<T> {
     raw: RawMutex,
     data: UnsafeCell<T>,
@@ -163,26 +167,23 @@ impl<T> MutexGuard<'_, T> {
     /// Runs `f` with exclusive access to the protected value.
     #[inline]
     pub fn with<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R {
-        // SAFETY: this guard holds the lock, so no other reference to the
-        // value exists for the guard's lifetime.
-        self.mutex.data.with_mut(|p| f(unsafe { &mut *p }))
+        f(self)
     }
 }
 
-#[cfg(not(loom))]
 impl<T> core::ops::Deref for MutexGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: the guard holds the lock; see `with`.
-        self.mutex.data.with(|p| unsafe { &*p })
+        // SAFETY: the guard holds the lock, so no mutable reference to the
+        // value exists elsewhere for the guard's lifetime.
+        unsafe { &*self.mutex.data.get() }
     }
 }
 
-#[cfg(not(loom))]
 impl<T> core::ops::DerefMut for MutexGuard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: the guard holds the lock; see `with`.
-        self.mutex.data.with_mut(|p| unsafe { &mut *p })
+        // SAFETY: the guard holds the lock: this is the only reference.
+        unsafe { &mut *self.mutex.data.get() }
     }
 }
 

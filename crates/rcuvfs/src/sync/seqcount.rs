@@ -118,13 +118,20 @@ impl SeqCount {
     }
 
     /// Invalidates every read section in flight without a write section
-    /// (`write_seqcount_invalidate`): used when an object dies.
+    /// (`write_seqcount_invalidate`): used when an object leaves a structure
+    /// (unhash) or dies. The caller serializes it with writers.
+    ///
+    /// Orderings, both directions:
+    /// - the increment is `Release`: a reader whose `read_begin` sees the new
+    ///   count also sees every store made before it (the cleared `HASHED`
+    ///   flag), pairing with `read_begin`'s Acquire;
+    /// - the `Release` fence after it: a reader that sees any store made
+    ///   after the invalidation (a killed dentry's cleared inode) sees the
+    ///   new count at its `read_retry`, pairing with that Acquire fence.
     #[inline]
     pub fn invalidate(&self) {
-        // Release fence first, so stores before the invalidation are visible
-        // to a reader that sees the new count (pairs with read_retry's fence).
+        self.seq.fetch_add(2, Ordering::Release);
         fence(Ordering::Release);
-        self.seq.fetch_add(2, Ordering::Relaxed);
     }
 }
 
