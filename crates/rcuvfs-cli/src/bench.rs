@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use rcuvfs::{RefMode, Vfs};
+use rcuvfs::{Layout, RefMode, Vfs};
 use serde::Serialize;
 
 #[derive(Args, Debug)]
@@ -21,7 +21,9 @@ pub struct BenchArgs {
     #[arg(long, default_value = "1,2")]
     threads: String,
     /// Modes and peers, comma-separated, or `all`: global, lockref,
-    /// rcuwalk, norefs, host.
+    /// rcuwalk, norefs (the reference axis), packed, split (the layout
+    /// axis), host; `+` combines axes (`rcuwalk+packed`). A name sets its
+    /// own axis and leaves the others at their defaults.
     #[arg(long, default_value = "all")]
     modes: String,
     /// Seconds per measured cell.
@@ -43,6 +45,9 @@ pub struct BenchArgs {
 
 const WORKLOADS: &[&str] = &["stat-same", "stat-private"];
 const MODES: &[&str] = &["global", "lockref", "rcuwalk", "norefs", "host"];
+/// Mode names accepted besides `MODES`: the layout axis. A mode may also
+/// combine names of different axes with `+` (`rcuwalk+packed`).
+const LAYOUTS: &[&str] = &["packed", "split"];
 /// Depth of the stat path, as the lab's stat workloads use.
 const DEPTH: usize = 4;
 
@@ -142,10 +147,9 @@ fn build_target(
     let private = workload == "stat-private";
     let paths = tree_paths(private, threads);
     match mode {
-        m if RefMode::from_name(m).is_some() => {
-            let vfs = Vfs::builder()
-                .mode(RefMode::from_name(m).unwrap())
-                .build()?;
+        m if m != "host" && vfs_config(m).is_some() => {
+            let (mode, layout) = vfs_config(m).unwrap();
+            let vfs = Vfs::builder().mode(mode).layout(layout).build()?;
             for p in &paths {
                 let parent = std::path::Path::new(p).parent().unwrap();
                 vfs.create_dir_all(parent)?;
@@ -213,6 +217,22 @@ fn measure(target: &Arc<dyn Target>, threads: usize, duration: Duration) -> (u64
     (ops, secs)
 }
 
+/// The Vfs configuration a mode name stands for: each `+`-separated part
+/// sets its axis; the others keep their defaults.
+fn vfs_config(name: &str) -> Option<(RefMode, Layout)> {
+    let (mut mode, mut layout) = (RefMode::default(), Layout::default());
+    for part in name.split('+') {
+        if let Some(m) = RefMode::from_name(part) {
+            mode = m;
+        } else if let Some(l) = Layout::from_name(part) {
+            layout = l;
+        } else {
+            return None;
+        }
+    }
+    Some((mode, layout))
+}
+
 fn parse_list(s: &str, all: &[&str], what: &str) -> std::io::Result<Vec<String>> {
     if s == "all" {
         return Ok(all.iter().map(|s| s.to_string()).collect());
@@ -223,9 +243,16 @@ fn parse_list(s: &str, all: &[&str], what: &str) -> std::io::Result<Vec<String>>
         .filter(|x| !x.is_empty())
         .collect();
     for i in &items {
-        if !all.contains(&i.as_str()) {
+        let known =
+            all.contains(&i.as_str()) || (what == "mode" && i != "host" && vfs_config(i).is_some());
+        if !known {
+            let extra = if what == "mode" {
+                format!(", {}, and `+` combinations", LAYOUTS.join(", "))
+            } else {
+                String::new()
+            };
             return Err(std::io::Error::other(format!(
-                "unknown {what} {i:?} (known: {})",
+                "unknown {what} {i:?} (known: {}{extra})",
                 all.join(", ")
             )));
         }
@@ -280,7 +307,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     let duration = Duration::from_secs_f64(args.duration.max(0.01));
     let mut rows = Vec::new();
     println!(
-        "{:<14} {:<8} {:>7} {:>14} {:>12} {:>10} {:>9} {:>10}",
+        "{:<14} {:<16} {:>7} {:>14} {:>12} {:>10} {:>9} {:>10}",
         "workload", "mode", "threads", "ops/s", "ops/s/thr", "ns/op", "speedup", "vs global"
     );
     for w in &workloads {
@@ -300,7 +327,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                     .find(|r: &&Row| r.workload == *w && r.mode == "global" && r.threads == t)
                     .map(|r| ops_per_sec / r.ops_per_sec);
                 println!(
-                    "{:<14} {:<8} {:>7} {:>14.0} {:>12.0} {:>10.1} {:>8.2}x {:>10}",
+                    "{:<14} {:<16} {:>7} {:>14.0} {:>12.0} {:>10.1} {:>8.2}x {:>10}",
                     w,
                     m,
                     t,

@@ -39,7 +39,7 @@ pub use {
     cred::Cred,
     file::{File, OpenOptions},
     fs::{FileSystem, FileType, RenameFlags, SetAttr, SetTime},
-    modes::RefMode,
+    modes::{Layout, RefMode},
     vfs::{DirEntry, Entry, Metadata, Permissions, ReadDir, Stats, Vfs, VfsBuilder},
 };
 

@@ -8,6 +8,9 @@
 //! | `lockref` | REF-walk: a compare-and-swap reference on every component       | 000  |
 //! | `rcuwalk` | RCU-walk; stat takes and drops a reference on the final dentry (Linux today) | 003, 002 |
 //! | `norefs`  | RCU-walk; stat reads attributes under the inode's sequence count and takes no reference: nothing shared is written (default) | beyond Linux |
+//!
+//! A second axis, [`Layout`], places the reference count in the dentry's
+//! lookup cache line (`packed`) or on a line of its own (`split`, default).
 
 /// How lookups take references.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -58,5 +61,31 @@ impl RefMode {
     #[inline(always)]
     pub(crate) fn stat_pins_final(self) -> bool {
         self == RefMode::RcuWalk
+    }
+}
+
+/// Where a dentry keeps its reference count (seed 002).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// In the cache line the RCU lookup reads: every get and put by one
+    /// thread invalidates that line for every other thread's lookup.
+    Packed,
+    /// On its own cache line (default).
+    #[default]
+    Split,
+}
+
+impl Layout {
+    pub const ALL: [Layout; 2] = [Layout::Packed, Layout::Split];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Packed => "packed",
+            Layout::Split => "split",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Layout> {
+        Layout::ALL.into_iter().find(|l| l.name() == name)
     }
 }

@@ -339,7 +339,7 @@ impl Dcache {
         }
         let _g = self.rcu.read_lock();
         let p = d.parent();
-        p.lockref.get();
+        p.lockref().get();
         // SAFETY: we just took this reference.
         unsafe { DRef::adopt(self, p) }
     }

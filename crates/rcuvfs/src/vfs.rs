@@ -37,7 +37,7 @@ use crate::fs::{
     Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec,
 };
 use crate::inode::Inode;
-use crate::modes::RefMode;
+use crate::modes::{Layout, RefMode};
 use crate::namei::{check_name, check_path, Last, Parent, Walk};
 use crate::sync::{Mutex, MutexGuard};
 
@@ -78,6 +78,7 @@ pub struct VfsBuilder {
     memfs: MemFsOptions,
     umask: u32,
     mode: RefMode,
+    layout: Layout,
     buckets: usize,
 }
 
@@ -112,6 +113,13 @@ impl VfsBuilder {
         self
     }
 
+    /// Where dentries keep their reference count (see [`Layout`]); `split`
+    /// by default.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
     /// Buckets in the dentry hash table (a power of two; 65536 by default).
     pub fn hash_buckets(mut self, n: usize) -> Self {
         self.buckets = n;
@@ -126,7 +134,7 @@ impl VfsBuilder {
 
     pub fn build(self) -> Result<Vfs> {
         let fs = self.fs.unwrap_or_else(|| Arc::new(MemFs::new(self.memfs)));
-        let dc = Dcache::new(fs, self.buckets)?;
+        let dc = Dcache::new(fs, self.buckets, self.layout == Layout::Packed)?;
         let shared = Shared {
             dc,
             mode: self.mode,
@@ -207,7 +215,7 @@ impl Entry {
 
 impl Clone for Entry {
     fn clone(&self) -> Entry {
-        self.dentry().lockref.get();
+        self.dentry().lockref().get();
         Entry {
             shared: self.shared.clone(),
             d: self.d,
@@ -414,6 +422,7 @@ impl Vfs {
             memfs: MemFsOptions::default(),
             umask: 0o022,
             mode: RefMode::default(),
+            layout: Layout::default(),
             buckets: 1 << 16,
         }
     }
@@ -614,7 +623,7 @@ impl Vfs {
             // `rcuwalk`: legitimize the final dentry with a reference
             // (`lockref_get_not_dead`) and drop it after the read, as
             // Linux's stat does.
-            if !d.lockref.get_not_dead() {
+            if !d.lockref().get_not_dead() {
                 return None;
             }
             // SAFETY: we just took this reference.

@@ -11,7 +11,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 
 use proptest::prelude::*;
-use rcuvfs::{Cred, FileType, OpenOptions, Permissions, RefMode, RenameFlags, Vfs};
+use rcuvfs::{Cred, FileType, Layout, OpenOptions, Permissions, RefMode, RenameFlags, Vfs};
 
 const USER: u32 = 1000;
 const E: fn(i32) -> Out = Out::Err;
@@ -730,9 +730,10 @@ proptest! {
     fn vfs_matches_the_reference_model(
         ops in prop::collection::vec(op(), 1..if cfg!(miri) { 12 } else { 60 }),
         mode in prop::sample::select(RefMode::ALL.to_vec()),
+        layout in prop::sample::select(Layout::ALL.to_vec()),
         drop_caches_at in prop::option::of(0usize..60),
     ) {
-        let root = Vfs::builder().mode(mode).hash_buckets(64).build().unwrap();
+        let root = Vfs::builder().mode(mode).layout(layout).hash_buckets(64).build().unwrap();
         let user = root.with_cred(Cred::new(USER, USER, &[]));
         let counters = root.live_counters();
         let mut sut = Sut { root, user, held: Vec::new(), held_model: Vec::new() };
@@ -741,7 +742,7 @@ proptest! {
         for (i, op) in ops.iter().enumerate() {
             let want = run_model(&mut model, &mut held_model, op, &Who { uid: 0 });
             let got = run_vfs(&mut sut, op, false);
-            prop_assert_eq!(&got, &want, "op #{}: {:?} in {:?}", i, op, mode);
+            prop_assert_eq!(&got, &want, "op #{}: {:?} in {:?} {:?}", i, op, mode, layout);
             if drop_caches_at == Some(i) {
                 // The dcache is a cache: emptied, it must refill from memfs.
                 sut.root.drop_caches();

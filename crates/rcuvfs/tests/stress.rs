@@ -11,17 +11,24 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use common::scaled;
-use rcuvfs::{RefMode, RenameFlags, Vfs};
+use rcuvfs::{Layout, RefMode, RenameFlags, Vfs};
 
 #[test]
 fn a_stable_name_is_never_reported_missing() {
     for mode in RefMode::ALL {
-        stable_names_under_a_rename_storm(mode);
+        for layout in Layout::ALL {
+            stable_names_under_a_rename_storm(mode, layout);
+        }
     }
 }
 
-fn stable_names_under_a_rename_storm(mode: RefMode) {
-    let v = Vfs::builder().mode(mode).hash_buckets(16).build().unwrap();
+fn stable_names_under_a_rename_storm(mode: RefMode, layout: Layout) {
+    let v = Vfs::builder()
+        .mode(mode)
+        .layout(layout)
+        .hash_buckets(16)
+        .build()
+        .unwrap();
     for d in [
         "/s",
         "/s/deep",
@@ -93,7 +100,7 @@ fn stable_names_under_a_rename_storm(mode: RefMode) {
             );
             thread::spawn(move || {
                 barrier.wait();
-                for _ in 0..scaled(10_000) {
+                for _ in 0..scaled(5_000) {
                     for p in &stable {
                         if v.metadata(p).is_err() {
                             fnn.fetch_add(1, Ordering::Relaxed);
@@ -113,7 +120,11 @@ fn stable_names_under_a_rename_storm(mode: RefMode) {
         w.join().unwrap();
     }
     assert!(lookups.load(Ordering::Relaxed) > 0);
-    assert_eq!(false_negatives.load(Ordering::Relaxed), 0, "{mode:?}");
+    assert_eq!(
+        false_negatives.load(Ordering::Relaxed),
+        0,
+        "{mode:?} {layout:?}"
+    );
     // The storm left the tree as it started.
     for i in 0..8 {
         assert_eq!(v.read(format!("/s/r{i}")).unwrap(), b"r");

@@ -110,7 +110,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn cache() -> Arc<Dcache> {
-    Arc::new(Dcache::new(Arc::new(Stub), 1).unwrap())
+    Arc::new(Dcache::new(Arc::new(Stub), 1, false).unwrap())
 }
 
 /// Adds `name` -> file `ino` under the root, and leaves it cached, unused.

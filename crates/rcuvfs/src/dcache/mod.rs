@@ -97,6 +97,8 @@ pub(crate) struct Name {
 
 pub const HASHED: u32 = 1;
 pub const ROOT: u32 = 2;
+/// This dentry keeps its count in line 0 (the `packed` layout).
+pub const PACKED: u32 = 4;
 
 /// Links of the dentry tree, touched only under `Dcache::tree_lock`.
 struct TreeLinks {
@@ -108,7 +110,9 @@ struct TreeLinks {
 /// A dentry. The first cache line holds what the RCU lookup reads; the
 /// reference count lives on the next one (seed 002's `split` layout), so
 /// that reference changes by `rcuwalk` and `lockref` walkers do not
-/// invalidate the line that lookups of the same name read.
+/// invalidate the line that lookups of the same name read. The `packed`
+/// layout (before seed 002) uses the count slot in line 0 instead; the
+/// `PACKED` flag, fixed at allocation, says which slot is live.
 #[repr(C, align(64))]
 pub(crate) struct Dentry {
     // ---- cache line 0: read by RCU lookup ----
@@ -119,9 +123,12 @@ pub(crate) struct Dentry {
     pub inode: AtomicPtr<Inode>,
     /// Next dentry in the hash chain.
     next: AtomicPtr<Dentry>,
-    _pad: [u64; 3],
+    /// The count in the `packed` layout.
+    lockref_packed: Lockref,
+    _pad: [u64; 2],
     // ---- cache line 1: written by reference changes and updates ----
-    pub lockref: Lockref,
+    /// The count in the `split` layout.
+    lockref_split: Lockref,
     tree: UnsafeCell<TreeLinks>,
 }
 
@@ -132,9 +139,22 @@ unsafe impl Send for Dentry {}
 unsafe impl Sync for Dentry {}
 
 #[cfg(not(loom))]
-const _: () = assert!(std::mem::offset_of!(Dentry, lockref) == 64);
+const _: () = assert!(
+    std::mem::offset_of!(Dentry, lockref_split) == 64
+        && std::mem::offset_of!(Dentry, lockref_packed) < 64
+);
 
 impl Dentry {
+    /// The reference count and `d_lock`, in the slot of this dentry's layout.
+    #[inline(always)]
+    pub fn lockref(&self) -> &Lockref {
+        if self.flags.load(Ordering::Relaxed) & PACKED != 0 {
+            &self.lockref_packed
+        } else {
+            &self.lockref_split
+        }
+    }
+
     /// The inode, or `None` for a negative dentry. Readers without a
     /// reference must validate `seq` afterwards.
     #[inline]
@@ -245,7 +265,7 @@ impl<'a> DRef<'a> {
     }
 
     pub fn clone_ref(&self) -> DRef<'a> {
-        self.d.lockref.get();
+        self.d.lockref().get();
         DRef {
             d: self.d,
             dc: self.dc,
@@ -272,6 +292,8 @@ impl Drop for DRef<'_> {
 
 /// The dentry cache of one Vfs.
 pub(crate) struct Dcache {
+    /// `PACKED` or 0: the layout of every dentry of this cache.
+    layout: u32,
     pub fs: Arc<dyn FileSystem>,
     buckets: Box<[Bucket]>,
     mask: u64,
@@ -290,10 +312,12 @@ unsafe impl Send for Dcache {}
 unsafe impl Sync for Dcache {}
 
 impl Dcache {
-    pub fn new(fs: Arc<dyn FileSystem>, buckets: usize) -> std::io::Result<Dcache> {
+    pub fn new(fs: Arc<dyn FileSystem>, buckets: usize, packed: bool) -> std::io::Result<Dcache> {
+        let layout = if packed { PACKED } else { 0 };
         let n = buckets.next_power_of_two().max(1);
         let counters = Arc::new(LiveCounters::default());
         let mut dc = Dcache {
+            layout,
             fs: fs.clone(),
             buckets: (0..n)
                 .map(|_| Bucket {
@@ -314,7 +338,7 @@ impl Dcache {
         let inode = dc.itable.iget(&attr, false, &*fs, &dc.counters);
         let root = Box::into_raw(Box::new(Dentry {
             seq: SeqCount::new(),
-            flags: AtomicU32::new(ROOT),
+            flags: AtomicU32::new(ROOT | layout),
             parent: AtomicPtr::new(ptr::null_mut()),
             name: AtomicPtr::new(Box::into_raw(Box::new(Name {
                 hash: 0,
@@ -322,8 +346,9 @@ impl Dcache {
             }))),
             inode: AtomicPtr::new(inode as *mut Inode),
             next: AtomicPtr::new(ptr::null_mut()),
-            _pad: [0; 3],
-            lockref: Lockref::new(1), // pinned for the cache's life
+            lockref_packed: Lockref::new(1), // pinned for the cache's life
+            _pad: [0; 2],
+            lockref_split: Lockref::new(1),
             tree: UnsafeCell::new(TreeLinks {
                 first_child: ptr::null(),
                 next_sibling: ptr::null(),
@@ -345,7 +370,7 @@ impl Dcache {
 
     /// A new counted reference to the root.
     pub fn root_ref(&self) -> DRef<'_> {
-        self.root().lockref.get();
+        self.root().lockref().get();
         DRef {
             d: self.root(),
             dc: self,
@@ -355,7 +380,7 @@ impl Dcache {
     /// A new counted reference to `d`, which the caller keeps alive by a
     /// reference of its own.
     pub fn dget<'a>(&'a self, d: &'a Dentry) -> DRef<'a> {
-        d.lockref.get();
+        d.lockref().get();
         DRef { d, dc: self }
     }
 
@@ -419,7 +444,7 @@ impl Dcache {
             let guard = self.rcu.read_lock();
             let rs = self.rename_lock.seqcount().read_begin_spin();
             if let Some((d, seq)) = self.lookup_rcu(&guard, parent, name) {
-                if d.lockref.get_not_dead() {
+                if d.lockref().get_not_dead() {
                     let r = DRef { d, dc: self };
                     if !d.seq.read_retry(seq) && d.is_hashed() {
                         return Some(r);
@@ -481,10 +506,10 @@ impl Dcache {
     /// reference on `inode`, which passes to the dentry.
     pub fn d_add<'a>(&'a self, parent: &Dentry, name: &[u8], inode: *const Inode) -> DRef<'a> {
         let hash = name_hash(parent, name);
-        parent.lockref.get(); // the child's reference on its parent
+        parent.lockref().get(); // the child's reference on its parent
         let d = Box::into_raw(Box::new(Dentry {
             seq: SeqCount::new(),
-            flags: AtomicU32::new(HASHED),
+            flags: AtomicU32::new(HASHED | self.layout),
             parent: AtomicPtr::new(parent as *const Dentry as *mut Dentry),
             name: AtomicPtr::new(Box::into_raw(Box::new(Name {
                 hash,
@@ -492,8 +517,9 @@ impl Dcache {
             }))),
             inode: AtomicPtr::new(inode as *mut Inode),
             next: AtomicPtr::new(ptr::null_mut()),
-            _pad: [0; 3],
-            lockref: Lockref::new(1),
+            lockref_packed: Lockref::new(1),
+            _pad: [0; 2],
+            lockref_split: Lockref::new(1),
             tree: UnsafeCell::new(TreeLinks {
                 first_child: ptr::null(),
                 next_sibling: ptr::null(),
@@ -548,7 +574,7 @@ impl Dcache {
     /// the parent's directory lock and a reference on `inode`, which passes
     /// to the dentry.
     pub fn d_instantiate(&self, d: &Dentry, inode: *const Inode) {
-        let _g = d.lockref.lock();
+        let _g = d.lockref().lock();
         debug_assert!(d.inode.load(Ordering::Relaxed).is_null());
         d.seq.write_begin();
         // Release: publishes the inode's fields (see `Dentry::inode`).
@@ -564,7 +590,7 @@ impl Dcache {
     /// is unhashed and lives on, positive, for its other holders.
     pub fn d_delete(&self, d: &Dentry) {
         let _t = self.tree_lock.lock();
-        let g = d.lockref.lock();
+        let g = d.lockref().lock();
         // SAFETY: tree_lock is held.
         let childless = unsafe { d.links().first_child.is_null() };
         if g.count() == 1 && childless {
@@ -619,7 +645,7 @@ impl Dcache {
         // A member already dead is being killed by its last holder, who
         // waits for tree_lock; it has no children and is unhashed: skip it.
         // SAFETY: live (above).
-        order.retain(|&x| unsafe { (*x).lockref.get_not_dead() });
+        order.retain(|&x| unsafe { (*x).lockref().get_not_dead() });
         for &x in order.iter().rev() {
             // SAFETY: pinned above; tree_lock held.
             unsafe {
@@ -634,7 +660,7 @@ impl Dcache {
     /// # Safety
     /// The caller holds `tree_lock`.
     unsafe fn d_drop_locked(&self, d: &Dentry) {
-        let mut g = d.lockref.lock();
+        let mut g = d.lockref().lock();
         if d.flags.load(Ordering::Relaxed) & HASHED == 0 {
             return;
         }
@@ -682,7 +708,7 @@ impl Dcache {
             // Drop the reference on the parent.
             // SAFETY: the child's reference kept the parent live.
             let p = unsafe { &*parent };
-            match p.lockref.put_or_lock() {
+            match p.lockref().put_or_lock() {
                 None => return,
                 Some(mut g) => {
                     if p.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
@@ -700,7 +726,7 @@ impl Dcache {
     /// Drops a reference (`dput`). The last reference to a hashed dentry
     /// leaves it cached and unused; to an unhashed one, kills it.
     pub fn dput(&self, d: &Dentry) {
-        let Some(mut g) = d.lockref.put_or_lock() else {
+        let Some(mut g) = d.lockref().put_or_lock() else {
             return;
         };
         if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
@@ -717,7 +743,7 @@ impl Dcache {
     /// # Safety
     /// The caller holds `tree_lock` and a reference on `d`.
     unsafe fn dput_locked(&self, d: &Dentry) {
-        let Some(mut g) = d.lockref.put_or_lock() else {
+        let Some(mut g) = d.lockref().put_or_lock() else {
             return;
         };
         if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
@@ -765,7 +791,7 @@ impl Dcache {
     /// # Safety
     /// The caller holds `tree_lock` and the rename lock's write section.
     unsafe fn rehash(&self, d: &Dentry, parent: &Dentry, name: &[u8]) {
-        let g = d.lockref.lock();
+        let g = d.lockref().lock();
         let old_parent = d.parent.load(Ordering::Relaxed);
         let old_name = d.name.load(Ordering::Relaxed);
         let hashed = d.flags.load(Ordering::Relaxed) & HASHED != 0;
@@ -781,7 +807,7 @@ impl Dcache {
         }));
         d.name.store(new_name, Ordering::Release);
         if !ptr::eq(old_parent, parent) {
-            parent.lockref.get();
+            parent.lockref().get();
             // SAFETY: tree_lock is held.
             unsafe {
                 self.unlink_child(&*old_parent, d);
@@ -833,7 +859,7 @@ impl Dcache {
                     let cr = unsafe { &*c };
                     // SAFETY: as above.
                     if unsafe { cr.links().first_child.is_null() } {
-                        if cr.lockref.count_hint() == 0 {
+                        if cr.lockref().count_hint() == 0 {
                             victims.push(c);
                         }
                     } else {
@@ -848,7 +874,7 @@ impl Dcache {
                 // SAFETY: live: only this thread kills (tree_lock held), and
                 // a count of zero means no child reference either.
                 let d = unsafe { &*v };
-                let mut g = d.lockref.lock();
+                let mut g = d.lockref().lock();
                 if g.count() != 0 {
                     continue;
                 }
