@@ -179,12 +179,7 @@ fn measure(target: &Arc<dyn Target>, threads: usize, duration: Duration) -> (u64
     let barrier = Arc::new(Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let (target, stop, counters, barrier) = (
-                target.clone(),
-                stop.clone(),
-                counters.clone(),
-                barrier.clone(),
-            );
+            let (target, stop, counters, barrier) = (target.clone(), stop.clone(), counters.clone(), barrier.clone());
             std::thread::spawn(move || {
                 barrier.wait();
                 target.run(t, &stop, &counters[t].0);
@@ -194,26 +189,16 @@ fn measure(target: &Arc<dyn Target>, threads: usize, duration: Duration) -> (u64
     barrier.wait();
     // Warm-up: a tenth of the duration, not counted.
     std::thread::sleep(duration / 10);
-    let start_counts: Vec<u64> = counters
-        .iter()
-        .map(|c| c.0.load(Ordering::Relaxed))
-        .collect();
+    let start_counts: Vec<u64> = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
     let t0 = Instant::now();
     std::thread::sleep(duration);
-    let end_counts: Vec<u64> = counters
-        .iter()
-        .map(|c| c.0.load(Ordering::Relaxed))
-        .collect();
+    let end_counts: Vec<u64> = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
     let secs = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for h in handles {
         h.join().unwrap();
     }
-    let ops: u64 = end_counts
-        .iter()
-        .zip(&start_counts)
-        .map(|(e, s)| e - s)
-        .sum();
+    let ops: u64 = end_counts.iter().zip(&start_counts).map(|(e, s)| e - s).sum();
     (ops, secs)
 }
 
@@ -237,24 +222,13 @@ fn parse_list(s: &str, all: &[&str], what: &str) -> std::io::Result<Vec<String>>
     if s == "all" {
         return Ok(all.iter().map(|s| s.to_string()).collect());
     }
-    let items: Vec<String> = s
-        .split(',')
-        .map(|x| x.trim().to_string())
-        .filter(|x| !x.is_empty())
-        .collect();
+    let items: Vec<String> = s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect();
     for i in &items {
-        let known =
-            all.contains(&i.as_str()) || (what == "mode" && i != "host" && vfs_config(i).is_some());
+        let known = all.contains(&i.as_str()) || (what == "mode" && i != "host" && vfs_config(i).is_some());
         if !known {
-            let extra = if what == "mode" {
-                format!(", {}, and `+` combinations", LAYOUTS.join(", "))
-            } else {
-                String::new()
-            };
-            return Err(std::io::Error::other(format!(
-                "unknown {what} {i:?} (known: {}{extra})",
-                all.join(", ")
-            )));
+            let extra =
+                if what == "mode" { format!(", {}, and `+` combinations", LAYOUTS.join(", ")) } else { String::new() };
+            return Err(std::io::Error::other(format!("unknown {what} {i:?} (known: {}{extra})", all.join(", "))));
         }
     }
     Ok(items)
@@ -292,10 +266,7 @@ fn uname() -> String {
 
 pub fn run(args: BenchArgs) -> std::io::Result<()> {
     if args.backend != "memfs" {
-        return Err(std::io::Error::other(format!(
-            "backend {:?} is not available yet (memfs only)",
-            args.backend
-        )));
+        return Err(std::io::Error::other(format!("backend {:?} is not available yet (memfs only)", args.backend)));
     }
     let workloads = if args.workloads.is_empty() {
         WORKLOADS.iter().map(|s| s.to_string()).collect()
@@ -315,9 +286,8 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
             let mut base1 = None;
             for &t in &threads {
                 let target: Arc<dyn Target> = Arc::from(build_target(w, m, t, &args.host_dir)?);
-                let mut samples: Vec<(u64, f64)> = (0..args.repeats.max(1))
-                    .map(|_| measure(&target, t, duration))
-                    .collect();
+                let mut samples: Vec<(u64, f64)> =
+                    (0..args.repeats.max(1)).map(|_| measure(&target, t, duration)).collect();
                 samples.sort_by(|a, b| (a.0 as f64 / a.1).total_cmp(&(b.0 as f64 / b.1)));
                 let (ops, secs) = samples[samples.len() / 2];
                 let ops_per_sec = ops as f64 / secs;
@@ -351,9 +321,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
             }
         }
     }
-    let host_root = args
-        .host_dir
-        .join(format!("rcuvfs-bench-{}", std::process::id()));
+    let host_root = args.host_dir.join(format!("rcuvfs-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(host_root);
     if let Some(path) = &args.json {
         let report = Report {
@@ -368,10 +336,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
             },
             results: rows,
         };
-        std::fs::write(
-            path,
-            serde_json::to_string_pretty(&report).map_err(std::io::Error::other)?,
-        )?;
+        std::fs::write(path, serde_json::to_string_pretty(&report).map_err(std::io::Error::other)?)?;
     }
     Ok(())
 }

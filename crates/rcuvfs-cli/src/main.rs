@@ -9,11 +9,7 @@ mod bench;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "rcuvfs",
-    version,
-    about = "A userspace VFS with the Linux dcache's scalability design"
-)]
+#[command(name = "rcuvfs", version, about = "A userspace VFS with the Linux dcache's scalability design")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -16,19 +16,11 @@ pub struct Cred {
 
 impl Cred {
     pub fn root() -> Cred {
-        Cred {
-            uid: 0,
-            gid: 0,
-            groups: Vec::new(),
-        }
+        Cred { uid: 0, gid: 0, groups: Vec::new() }
     }
 
     pub fn new(uid: u32, gid: u32, groups: &[u32]) -> Cred {
-        Cred {
-            uid,
-            gid,
-            groups: groups.to_vec(),
-        }
+        Cred { uid, gid, groups: groups.to_vec() }
     }
 
     pub fn is_root(&self) -> bool {
@@ -63,9 +55,6 @@ impl Cred {
     /// The sticky-bit rule: in a sticky directory only the owner of the
     /// entry, the owner of the directory, or root may remove or rename it.
     pub fn sticky_blocks(&self, dir: &Attr, victim: &Attr) -> bool {
-        dir.perm & libc::S_ISVTX != 0
-            && !self.is_root()
-            && self.uid != dir.uid
-            && self.uid != victim.uid
+        dir.perm & libc::S_ISVTX != 0 && !self.is_root() && self.uid != dir.uid && self.uid != victim.uid
     }
 }

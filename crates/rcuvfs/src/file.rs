@@ -164,9 +164,7 @@ impl File {
         if !self.writable {
             return fail(EBADF);
         }
-        self.shared
-            .fs()
-            .write(self.ino, WritePos::At(offset), buf)?;
+        self.shared.fs().write(self.ino, WritePos::At(offset), buf)?;
         self.inode().refresh(self.shared.fs());
         Ok(buf.len())
     }
@@ -176,13 +174,7 @@ impl File {
         if !self.writable {
             return fail(EINVAL);
         }
-        let a = self.shared.fs().setattr(
-            self.ino,
-            &SetAttr {
-                size: Some(size),
-                ..SetAttr::default()
-            },
-        )?;
+        let a = self.shared.fs().setattr(self.ino, &SetAttr { size: Some(size), ..SetAttr::default() })?;
         self.inode().set_attr(&a);
         Ok(())
     }
@@ -268,9 +260,6 @@ unsafe impl Sync for File {}
 
 impl std::fmt::Debug for File {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("File")
-            .field("ino", &self.ino)
-            .field("pos", &self.pos)
-            .finish()
+        f.debug_struct("File").field("ino", &self.ino).field("pos", &self.pos).finish()
     }
 }

@@ -41,16 +41,10 @@ struct Times {
 
 impl Times {
     fn new(t: Timespec) -> Times {
-        Times {
-            sec: AtomicI64::new(t.sec),
-            nsec: AtomicU32::new(t.nsec),
-        }
+        Times { sec: AtomicI64::new(t.sec), nsec: AtomicU32::new(t.nsec) }
     }
     fn load(&self) -> Timespec {
-        Timespec {
-            sec: self.sec.load(Ordering::Relaxed),
-            nsec: self.nsec.load(Ordering::Relaxed),
-        }
+        Timespec { sec: self.sec.load(Ordering::Relaxed), nsec: self.nsec.load(Ordering::Relaxed) }
     }
     fn store(&self, t: Timespec) {
         self.sec.store(t.sec, Ordering::Relaxed);
@@ -152,6 +146,7 @@ impl Inode {
     /// Takes a reference; the caller already holds one (directly or through
     /// a dentry it holds), so the count is not zero.
     pub fn hold(&self) {
+        crate::sync::audit::shared_writes(1);
         let old = self.refs.fetch_add(1, Ordering::Relaxed);
         debug_assert!(old > 0);
     }
@@ -171,9 +166,7 @@ unsafe impl Sync for InodeTable {}
 
 impl InodeTable {
     pub fn new() -> InodeTable {
-        InodeTable {
-            map: Mutex::new(HashMap::new()),
-        }
+        InodeTable { map: Mutex::new(HashMap::new()) }
     }
 
     /// The in-core inode for `attr` with one more reference, created (with
@@ -220,25 +213,15 @@ impl InodeTable {
     ///
     /// # Safety
     /// `p` came from `iget` and the caller owns one of its references.
-    pub unsafe fn iput(
-        &self,
-        p: *const Inode,
-        fs: &dyn FileSystem,
-        rcu: &Rcu,
-        counters: &LiveCounters,
-    ) {
+    pub unsafe fn iput(&self, p: *const Inode, fs: &dyn FileSystem, rcu: &Rcu, counters: &LiveCounters) {
         // SAFETY: the caller owns a reference, so the inode is live.
         let inode = unsafe { &*p };
+        crate::sync::audit::shared_writes(1);
         // Fast path: not the last reference. Release pairs with the Acquire
         // fence of whoever drops the last one.
         let mut cur = inode.refs.load(Ordering::Relaxed);
         while cur > 1 {
-            match inode.refs.compare_exchange_weak(
-                cur,
-                cur - 1,
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
+            match inode.refs.compare_exchange_weak(cur, cur - 1, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(c) => cur = c,
             }

@@ -5,6 +5,7 @@
 //! | mode      | lookup and stat of a cached path                                   | seed |
 //! |-----------|--------------------------------------------------------------------|------|
 //! | `global`  | one lock held over every namespace operation, stat included (Linux 2.4's `dcache_lock`; gVisor's per-filesystem lock over the walk) | 003 (before) |
+//! | `dlock`   | REF-walk over RCU hash chains; every reference change takes the dentry's lock (Linux 2.6 after seed 003) | 003 |
 //! | `lockref` | REF-walk: a compare-and-swap reference on every component       | 000  |
 //! | `rcuwalk` | RCU-walk; stat takes and drops a reference on the final dentry (Linux today) | 003, 002 |
 //! | `norefs`  | RCU-walk; stat reads attributes under the inode's sequence count and takes no reference: nothing shared is written (default) | beyond Linux |
@@ -16,6 +17,7 @@
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RefMode {
     Global,
+    Dlock,
     Lockref,
     RcuWalk,
     #[default]
@@ -23,17 +25,13 @@ pub enum RefMode {
 }
 
 impl RefMode {
-    pub const ALL: [RefMode; 4] = [
-        RefMode::Global,
-        RefMode::Lockref,
-        RefMode::RcuWalk,
-        RefMode::NoRefs,
-    ];
+    pub const ALL: [RefMode; 4] = [RefMode::Global, RefMode::Lockref, RefMode::RcuWalk, RefMode::NoRefs];
 
     /// The name used on the command line and in results.
     pub fn name(self) -> &'static str {
         match self {
             RefMode::Global => "global",
+            RefMode::Dlock => "dlock",
             RefMode::Lockref => "lockref",
             RefMode::RcuWalk => "rcuwalk",
             RefMode::NoRefs => "norefs",
@@ -48,6 +46,13 @@ impl RefMode {
     #[inline(always)]
     pub(crate) fn takes_global_lock(self) -> bool {
         self == RefMode::Global
+    }
+
+    /// Reference changes take the dentry's lock instead of a
+    /// compare-and-swap.
+    #[inline(always)]
+    pub(crate) fn locks_every_reference(self) -> bool {
+        matches!(self, RefMode::Global | RefMode::Dlock)
     }
 
     /// Lookups try RCU-walk before REF-walk.

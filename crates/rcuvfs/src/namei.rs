@@ -275,18 +275,12 @@ impl Dcache {
         start: DRef<'a>,
         path: &'p [u8],
     ) -> Result<Parent<'a, 'p>> {
-        let mut cur = if path.first() == Some(&b'/') {
-            self.root_ref()
-        } else {
-            start
-        };
+        // An absolute path restarts at the root, unless the caller (the Vfs,
+        // for its own absolute paths) already started there.
+        let mut cur = if path.first() == Some(&b'/') && !start.is_root() { self.root_ref() } else { start };
         let comps: Vec<&[u8]> = components(path).collect();
         let Some((&last, inner)) = comps.split_last() else {
-            return Ok(Parent {
-                dir: cur,
-                last: Last::Root,
-                trailing: false,
-            });
+            return Ok(Parent { dir: cur, last: Last::Root, trailing: false });
         };
         for &comp in inner {
             cur = self.step(w, cur, comp)?;
@@ -300,11 +294,7 @@ impl Dcache {
             b".." => Last::DotDot,
             name => Last::Normal(name),
         };
-        Ok(Parent {
-            dir: cur,
-            last,
-            trailing: path.last() == Some(&b'/'),
-        })
+        Ok(Parent { dir: cur, last, trailing: path.last() == Some(&b'/') })
     }
 
     /// One intermediate component: the result is a directory.
@@ -346,12 +336,7 @@ impl Dcache {
 
     /// Resolves symlink `link` found in `dir`, following the target's last
     /// component too.
-    pub(crate) fn follow_link<'a>(
-        &'a self,
-        w: &mut Walk,
-        dir: DRef<'a>,
-        link: &Dentry,
-    ) -> Result<DRef<'a>> {
+    pub(crate) fn follow_link<'a>(&'a self, w: &mut Walk, dir: DRef<'a>, link: &Dentry) -> Result<DRef<'a>> {
         let target = self.link_target(w, link)?;
         self.walk(w, dir, &target, true)
     }
@@ -376,31 +361,19 @@ impl Dcache {
 
     /// Walks a whole path to a positive dentry. `follow`: follow a symlink
     /// in the last component.
-    pub(crate) fn walk<'a>(
-        &'a self,
-        w: &mut Walk,
-        start: DRef<'a>,
-        path: &[u8],
-        follow: bool,
-    ) -> Result<DRef<'a>> {
+    pub(crate) fn walk<'a>(&'a self, w: &mut Walk, start: DRef<'a>, path: &[u8], follow: bool) -> Result<DRef<'a>> {
         let p = self.walk_parent(w, start, path)?;
         self.walk_last(w, p, follow)
     }
 
     /// Resolves the last component of a parent walk.
-    pub(crate) fn walk_last<'a>(
-        &'a self,
-        w: &mut Walk,
-        p: Parent<'a, '_>,
-        follow: bool,
-    ) -> Result<DRef<'a>> {
+    pub(crate) fn walk_last<'a>(&'a self, w: &mut Walk, p: Parent<'a, '_>, follow: bool) -> Result<DRef<'a>> {
         match p.last {
             Last::Root | Last::Dot => Ok(p.dir),
             Last::DotDot => Ok(self.parent_ref(&p.dir)),
             Last::Normal(name) => {
                 let mut d = self.lookup_positive(&p.dir, name)?;
-                if d.inode().is_some_and(|i| i.kind == FileType::Symlink) && (follow || p.trailing)
-                {
+                if d.inode().is_some_and(|i| i.kind == FileType::Symlink) && (follow || p.trailing) {
                     d = self.follow_link(w, p.dir, &d)?;
                 }
                 if p.trailing && !d.is_dir() {

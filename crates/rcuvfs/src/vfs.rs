@@ -28,14 +28,11 @@ use std::sync::Arc;
 use crate::cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::dcache::{DRef, Dcache, Dentry, LiveCounters};
 use crate::error::{
-    errno_of, fail, Result, EACCES, EBUSY, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT, ENOTDIR,
-    ENOTEMPTY, EPERM, EXDEV,
+    errno_of, fail, Result, EACCES, EBUSY, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT, ENOTDIR, ENOTEMPTY, EPERM, EXDEV,
 };
 use crate::file::{File, OpenOptions};
 use crate::fs::memfs::{AtimePolicy, MemFs, MemFsOptions};
-use crate::fs::{
-    Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec,
-};
+use crate::fs::{Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec};
 use crate::inode::Inode;
 use crate::modes::{Layout, RefMode};
 use crate::namei::{check_name, check_path, Last, Parent, Walk};
@@ -134,7 +131,7 @@ impl VfsBuilder {
 
     pub fn build(self) -> Result<Vfs> {
         let fs = self.fs.unwrap_or_else(|| Arc::new(MemFs::new(self.memfs)));
-        let dc = Dcache::new(fs, self.buckets, self.layout == Layout::Packed)?;
+        let dc = Dcache::new(fs, self.buckets, self.layout == Layout::Packed, self.mode.locks_every_reference())?;
         let shared = Shared {
             dc,
             mode: self.mode,
@@ -142,12 +139,7 @@ impl VfsBuilder {
             global: Mutex::new(()),
             rename_mutex: Mutex::new(()),
         };
-        Ok(Vfs {
-            shared: Arc::new(shared),
-            cred: Arc::new(Cred::root()),
-            cwd: None,
-            umask: self.umask,
-        })
+        Ok(Vfs { shared: Arc::new(shared), cred: Arc::new(Cred::root()), cwd: None, umask: self.umask })
     }
 }
 
@@ -167,10 +159,7 @@ unsafe impl Sync for Entry {}
 
 impl Entry {
     fn from_ref(shared: &Arc<Shared>, d: DRef<'_>) -> Entry {
-        Entry {
-            shared: shared.clone(),
-            d: d.into_raw(),
-        }
+        Entry { shared: shared.clone(), d: d.into_raw() }
     }
 
     fn dentry(&self) -> &Dentry {
@@ -179,9 +168,7 @@ impl Entry {
     }
 
     fn inode(&self) -> &Inode {
-        self.dentry()
-            .inode()
-            .expect("handles refer to positive dentries")
+        self.dentry().inode().expect("handles refer to positive dentries")
     }
 
     pub fn ino(&self) -> Ino {
@@ -216,10 +203,7 @@ impl Entry {
 impl Clone for Entry {
     fn clone(&self) -> Entry {
         self.dentry().lockref().get();
-        Entry {
-            shared: self.shared.clone(),
-            d: self.d,
-        }
+        Entry { shared: self.shared.clone(), d: self.d }
     }
 }
 
@@ -231,10 +215,7 @@ impl Drop for Entry {
 
 impl std::fmt::Debug for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entry")
-            .field("ino", &self.ino())
-            .field("kind", &self.file_type())
-            .finish()
+        f.debug_struct("Entry").field("ino", &self.ino()).field("kind", &self.file_type()).finish()
     }
 }
 
@@ -384,11 +365,7 @@ impl Default for Vfs {
 
 /// Locks two directories for a rename in the order of the lock table:
 /// ancestor first, unrelated ones by address.
-fn lock_two<'a>(
-    dc: &Dcache,
-    a: &'a Dentry,
-    b: &'a Dentry,
-) -> (MutexGuard<'a, ()>, Option<MutexGuard<'a, ()>>) {
+fn lock_two<'a>(dc: &Dcache, a: &'a Dentry, b: &'a Dentry) -> (MutexGuard<'a, ()>, Option<MutexGuard<'a, ()>>) {
     let (ia, ib) = (a.inode().expect("dir"), b.inode().expect("dir"));
     if std::ptr::eq(a, b) {
         return (ia.dir_lock.lock(), None);
@@ -430,12 +407,7 @@ impl Vfs {
     /// The same filesystem seen with other credentials (and the same
     /// working directory and umask).
     pub fn with_cred(&self, cred: Cred) -> Vfs {
-        Vfs {
-            shared: self.shared.clone(),
-            cred: Arc::new(cred),
-            cwd: self.cwd.clone(),
-            umask: self.umask,
-        }
+        Vfs { shared: self.shared.clone(), cred: Arc::new(cred), cwd: self.cwd.clone(), umask: self.umask }
     }
 
     pub fn cred(&self) -> &Cred {
@@ -472,11 +444,7 @@ impl Vfs {
 
     pub fn stats(&self) -> Stats {
         let c = &self.shared.dc.counters;
-        Stats {
-            dentries: c.dentries(),
-            negative_dentries: c.negative_dentries(),
-            inodes: c.inodes(),
-        }
+        Stats { dentries: c.dentries(), negative_dentries: c.negative_dentries(), inodes: c.inodes() }
     }
 
     /// The counters, readable after the `Vfs` and all its handles are gone:
@@ -514,18 +482,18 @@ impl Vfs {
         }
     }
 
-    /// A counted reference on the start of a REF-walk.
-    fn start_ref<'a>(&'a self, start: Start<'a>) -> Result<DRef<'a>> {
-        Ok(self.dc().dget(self.start_dentry(start)?))
+    /// A counted reference on where a REF-walk of `path` starts: the root
+    /// for an absolute path, else the start directory.
+    fn start_ref<'a>(&'a self, start: Start<'a>, path: &[u8]) -> Result<DRef<'a>> {
+        let s = self.start_dentry(start)?;
+        Ok(self.dc().dget(if path.first() == Some(&b'/') { self.dc().root() } else { s }))
     }
 
     fn entry_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Entry> {
         check_path(path)?;
         let _g = self.shared.global();
         let mut w = Walk::new(&self.cred);
-        let d = self
-            .dc()
-            .walk(&mut w, self.start_ref(start)?, path, follow)?;
+        let d = self.dc().walk(&mut w, self.start_ref(start, path)?, path, follow)?;
         Ok(Entry::from_ref(&self.shared, d))
     }
 
@@ -575,12 +543,7 @@ impl Vfs {
     }
 
     /// `fstatat`.
-    pub fn metadata_at(
-        &self,
-        dir: &Entry,
-        path: impl AsRef<Path>,
-        follow: bool,
-    ) -> Result<Metadata> {
+    pub fn metadata_at(&self, dir: &Entry, path: impl AsRef<Path>, follow: bool) -> Result<Metadata> {
         self.metadata_from(Start::At(dir), bytes(path.as_ref()), follow)
     }
 
@@ -597,9 +560,7 @@ impl Vfs {
         }
         let _g = self.shared.global();
         let mut w = Walk::new(&self.cred);
-        let d = self
-            .dc()
-            .walk(&mut w, self.start_ref(start)?, path, follow)?;
+        let d = self.dc().walk(&mut w, self.start_ref(start, path)?, path, follow)?;
         let attr = d.inode().expect("positive").attr();
         Ok(Metadata(attr))
     }
@@ -652,60 +613,32 @@ impl Vfs {
 
     /// `chmod`.
     pub fn set_permissions(&self, path: impl AsRef<Path>, perm: Permissions) -> Result<()> {
-        let set = SetAttr {
-            perm: Some(perm.mode()),
-            ..SetAttr::default()
-        };
-        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set)
-            .map(drop)
+        let set = SetAttr { perm: Some(perm.mode()), ..SetAttr::default() };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
     }
 
     /// `chown` (following symlinks); `None` leaves that id unchanged.
     pub fn chown(&self, path: impl AsRef<Path>, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        let set = SetAttr {
-            uid,
-            gid,
-            ..SetAttr::default()
-        };
-        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set)
-            .map(drop)
+        let set = SetAttr { uid, gid, ..SetAttr::default() };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
     }
 
     /// `lchown`.
     pub fn lchown(&self, path: impl AsRef<Path>, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        let set = SetAttr {
-            uid,
-            gid,
-            ..SetAttr::default()
-        };
-        self.setattr_from(Start::Cwd, bytes(path.as_ref()), false, &set)
-            .map(drop)
+        let set = SetAttr { uid, gid, ..SetAttr::default() };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), false, &set).map(drop)
     }
 
     /// `utimensat`: `None` leaves a time unchanged.
-    pub fn set_times(
-        &self,
-        path: impl AsRef<Path>,
-        atime: Option<SetTime>,
-        mtime: Option<SetTime>,
-    ) -> Result<()> {
-        let set = SetAttr {
-            atime,
-            mtime,
-            ..SetAttr::default()
-        };
-        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set)
-            .map(drop)
+    pub fn set_times(&self, path: impl AsRef<Path>, atime: Option<SetTime>, mtime: Option<SetTime>) -> Result<()> {
+        let set = SetAttr { atime, mtime, ..SetAttr::default() };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
     }
 
     /// `truncate`.
     pub fn truncate(&self, path: impl AsRef<Path>, size: u64) -> Result<()> {
-        let set = SetAttr {
-            size: Some(size),
-            ..SetAttr::default()
-        };
-        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set)
-            .map(drop)
+        let set = SetAttr { size: Some(size), ..SetAttr::default() };
+        self.setattr_from(Start::Cwd, bytes(path.as_ref()), true, &set).map(drop)
     }
 
     /// Changes the attributes of the object behind `entry` with every POSIX
@@ -721,9 +654,7 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let mut w = Walk::new(&self.cred);
-        let d = self
-            .dc()
-            .walk(&mut w, self.start_ref(start)?, path, follow)?;
+        let d = self.dc().walk(&mut w, self.start_ref(start, path)?, path, follow)?;
         self.setattr_checked(d.inode().expect("positive"), set)
     }
 
@@ -766,10 +697,7 @@ impl Vfs {
         }
         match (set.atime, set.mtime) {
             (None, None) => {}
-            (a, m)
-                if a.unwrap_or(SetTime::Now) == SetTime::Now
-                    && m.unwrap_or(SetTime::Now) == SetTime::Now =>
-            {
+            (a, m) if a.unwrap_or(SetTime::Now) == SetTime::Now && m.unwrap_or(SetTime::Now) == SetTime::Now => {
                 if !cred.owns(&attr) && !cred.may(&attr, MAY_WRITE) {
                     return fail(EACCES);
                 }
@@ -780,10 +708,7 @@ impl Vfs {
                 }
             }
         }
-        if (set.uid.is_some() || set.gid.is_some())
-            && attr.kind != FileType::Dir
-            && set.perm.is_none()
-        {
+        if (set.uid.is_some() || set.gid.is_some()) && attr.kind != FileType::Dir && set.perm.is_none() {
             // chown clears set-user-id, and set-group-id when group-executable.
             let mut perm = attr.perm & !libc::S_ISUID;
             if perm & 0o010 != 0 {
@@ -805,26 +730,10 @@ impl Vfs {
     fn new_owner(&self, dir_attr: &Attr, kind: FileType, perm: u32) -> (Owner, u32) {
         let cred = &*self.cred;
         if dir_attr.perm & libc::S_ISGID != 0 {
-            let perm = if kind == FileType::Dir {
-                perm | libc::S_ISGID
-            } else {
-                perm
-            };
-            (
-                Owner {
-                    uid: cred.uid,
-                    gid: dir_attr.gid,
-                },
-                perm,
-            )
+            let perm = if kind == FileType::Dir { perm | libc::S_ISGID } else { perm };
+            (Owner { uid: cred.uid, gid: dir_attr.gid }, perm)
         } else {
-            (
-                Owner {
-                    uid: cred.uid,
-                    gid: cred.gid,
-                },
-                perm,
-            )
+            (Owner { uid: cred.uid, gid: cred.gid }, perm)
         }
     }
 
@@ -843,9 +752,7 @@ impl Vfs {
         let dc = self.dc();
         let ip = dc.itable.iget(attr, true, self.shared.fs(), &dc.counters);
         dc.d_instantiate(d, ip);
-        dir.inode()
-            .expect("positive directory")
-            .refresh(self.shared.fs());
+        dir.inode().expect("positive directory").refresh(self.shared.fs());
     }
 
     /// The common path of mkdir, mknod, symlink: the name must not exist.
@@ -861,7 +768,7 @@ impl Vfs {
         let _g = self.shared.global();
         let dc = self.dc();
         let mut w = Walk::new(&self.cred);
-        let p = dc.walk_parent(&mut w, self.start_ref(start)?, path)?;
+        let p = dc.walk_parent(&mut w, self.start_ref(start, path)?, path)?;
         let Last::Normal(name) = p.last else {
             return fail(EEXIST);
         };
@@ -917,11 +824,7 @@ impl Vfs {
             Ok(()) => return Ok(()),
             Err(e) if errno_of(&e) == ENOENT => {}
             Err(e) => {
-                return if self.metadata(path).map(|m| m.is_dir()).unwrap_or(false) {
-                    Ok(())
-                } else {
-                    Err(e)
-                };
+                return if self.metadata(path).map(|m| m.is_dir()).unwrap_or(false) { Ok(()) } else { Err(e) };
             }
         }
         match path.parent() {
@@ -937,14 +840,7 @@ impl Vfs {
 
     /// `mknodat` for a regular file, FIFO, socket or device (devices need
     /// root: EPERM).
-    pub fn mknod_at(
-        &self,
-        dir: &Entry,
-        path: impl AsRef<Path>,
-        kind: FileType,
-        mode: u32,
-        rdev: u64,
-    ) -> Result<()> {
+    pub fn mknod_at(&self, dir: &Entry, path: impl AsRef<Path>, kind: FileType, mode: u32, rdev: u64) -> Result<()> {
         if matches!(kind, FileType::Dir | FileType::Symlink) {
             return fail(EINVAL);
         }
@@ -967,12 +863,7 @@ impl Vfs {
     }
 
     /// `symlinkat`.
-    pub fn symlink_at(
-        &self,
-        target: impl AsRef<Path>,
-        dir: &Entry,
-        link: impl AsRef<Path>,
-    ) -> Result<()> {
+    pub fn symlink_at(&self, target: impl AsRef<Path>, dir: &Entry, link: impl AsRef<Path>) -> Result<()> {
         self.symlink_from(bytes(target.as_ref()), Start::At(dir), bytes(link.as_ref()))
     }
 
@@ -989,12 +880,7 @@ impl Vfs {
 
     /// `link(src, dst)`: a new name for `src` (not followed if a symlink).
     pub fn hard_link(&self, src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<()> {
-        self.link_from(
-            Start::Cwd,
-            bytes(src.as_ref()),
-            Start::Cwd,
-            bytes(dst.as_ref()),
-        )
+        self.link_from(Start::Cwd, bytes(src.as_ref()), Start::Cwd, bytes(dst.as_ref()))
     }
 
     /// `linkat`.
@@ -1005,12 +891,7 @@ impl Vfs {
         dst_dir: &Entry,
         dst: impl AsRef<Path>,
     ) -> Result<()> {
-        self.link_from(
-            Start::At(src_dir),
-            bytes(src.as_ref()),
-            Start::At(dst_dir),
-            bytes(dst.as_ref()),
-        )
+        self.link_from(Start::At(src_dir), bytes(src.as_ref()), Start::At(dst_dir), bytes(dst.as_ref()))
     }
 
     fn link_from(&self, src_start: Start, src: &[u8], dst_start: Start, dst: &[u8]) -> Result<()> {
@@ -1019,9 +900,9 @@ impl Vfs {
         let _g = self.shared.global();
         let dc = self.dc();
         let mut w = Walk::new(&self.cred);
-        let src_d = dc.walk(&mut w, self.start_ref(src_start)?, src, false)?;
+        let src_d = dc.walk(&mut w, self.start_ref(src_start, src)?, src, false)?;
         let mut w = Walk::new(&self.cred);
-        let p = dc.walk_parent(&mut w, self.start_ref(dst_start)?, dst)?;
+        let p = dc.walk_parent(&mut w, self.start_ref(dst_start, dst)?, dst)?;
         let Last::Normal(name) = p.last else {
             return fail(EEXIST);
         };
@@ -1077,7 +958,7 @@ impl Vfs {
         let _g = self.shared.global();
         let dc = self.dc();
         let mut w = Walk::new(&self.cred);
-        let p = dc.walk_parent(&mut w, self.start_ref(start)?, path)?;
+        let p = dc.walk_parent(&mut w, self.start_ref(start, path)?, path)?;
         let Last::Normal(name) = p.last else {
             return fail(EISDIR);
         };
@@ -1088,11 +969,7 @@ impl Vfs {
             return fail(ENOENT);
         };
         if p.trailing {
-            return fail(if vi.kind == FileType::Dir {
-                EISDIR
-            } else {
-                ENOTDIR
-            });
+            return fail(if vi.kind == FileType::Dir { EISDIR } else { ENOTDIR });
         }
         self.may_delete(&p.dir, &victim, false)?;
         self.shared.fs().unlink(dir_inode.ino, name)?;
@@ -1117,7 +994,7 @@ impl Vfs {
         let _g = self.shared.global();
         let dc = self.dc();
         let mut w = Walk::new(&self.cred);
-        let p = dc.walk_parent(&mut w, self.start_ref(start)?, path)?;
+        let p = dc.walk_parent(&mut w, self.start_ref(start, path)?, path)?;
         let name = match p.last {
             Last::Normal(name) => name,
             Last::Dot => return fail(EINVAL),
@@ -1177,29 +1054,12 @@ impl Vfs {
 
     /// `rename(from, to)`.
     pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<()> {
-        self.rename_from(
-            Start::Cwd,
-            bytes(from.as_ref()),
-            Start::Cwd,
-            bytes(to.as_ref()),
-            RenameFlags::NONE,
-        )
+        self.rename_from(Start::Cwd, bytes(from.as_ref()), Start::Cwd, bytes(to.as_ref()), RenameFlags::NONE)
     }
 
     /// `renameat2(from, to, flags)` relative to the working directory.
-    pub fn rename_with(
-        &self,
-        from: impl AsRef<Path>,
-        to: impl AsRef<Path>,
-        flags: RenameFlags,
-    ) -> Result<()> {
-        self.rename_from(
-            Start::Cwd,
-            bytes(from.as_ref()),
-            Start::Cwd,
-            bytes(to.as_ref()),
-            flags,
-        )
+    pub fn rename_with(&self, from: impl AsRef<Path>, to: impl AsRef<Path>, flags: RenameFlags) -> Result<()> {
+        self.rename_from(Start::Cwd, bytes(from.as_ref()), Start::Cwd, bytes(to.as_ref()), flags)
     }
 
     /// `renameat2`.
@@ -1211,23 +1071,10 @@ impl Vfs {
         to: impl AsRef<Path>,
         flags: RenameFlags,
     ) -> Result<()> {
-        self.rename_from(
-            Start::At(from_dir),
-            bytes(from.as_ref()),
-            Start::At(to_dir),
-            bytes(to.as_ref()),
-            flags,
-        )
+        self.rename_from(Start::At(from_dir), bytes(from.as_ref()), Start::At(to_dir), bytes(to.as_ref()), flags)
     }
 
-    fn rename_from(
-        &self,
-        s1: Start,
-        from: &[u8],
-        s2: Start,
-        to: &[u8],
-        flags: RenameFlags,
-    ) -> Result<()> {
+    fn rename_from(&self, s1: Start, from: &[u8], s2: Start, to: &[u8], flags: RenameFlags) -> Result<()> {
         if flags.noreplace && flags.exchange {
             return fail(EINVAL);
         }
@@ -1236,9 +1083,9 @@ impl Vfs {
         let _g = self.shared.global();
         let dc = self.dc();
         let mut w = Walk::new(&self.cred);
-        let op: Parent = dc.walk_parent(&mut w, self.start_ref(s1)?, from)?;
+        let op: Parent = dc.walk_parent(&mut w, self.start_ref(s1, from)?, from)?;
         let mut w = Walk::new(&self.cred);
-        let np: Parent = dc.walk_parent(&mut w, self.start_ref(s2)?, to)?;
+        let np: Parent = dc.walk_parent(&mut w, self.start_ref(s2, to)?, to)?;
         let Last::Normal(old_name) = op.last else {
             return fail(EBUSY);
         };
@@ -1279,11 +1126,7 @@ impl Vfs {
         }
         self.may_delete(&op.dir, &src, src_dir)?;
         if di.is_some() {
-            self.may_delete(
-                &np.dir,
-                &dst,
-                if flags.exchange { dst_dir } else { src_dir },
-            )?;
+            self.may_delete(&np.dir, &dst, if flags.exchange { dst_dir } else { src_dir })?;
         } else {
             self.may_create(&np.dir)?;
         }
@@ -1327,9 +1170,7 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let mut w = Walk::new(&self.cred);
-        let d = self
-            .dc()
-            .walk(&mut w, self.start_ref(start)?, path, false)?;
+        let d = self.dc().walk(&mut w, self.start_ref(start, path)?, path, false)?;
         let inode = d.inode().expect("positive");
         if inode.kind != FileType::Symlink {
             return fail(EINVAL);
@@ -1349,12 +1190,7 @@ impl Vfs {
         Ok(ReadDir(
             entries
                 .into_iter()
-                .map(|e| DirEntry {
-                    dir: path.to_path_buf(),
-                    name: e.name,
-                    ino: e.ino,
-                    kind: e.kind,
-                })
+                .map(|e| DirEntry { dir: path.to_path_buf(), name: e.name, ino: e.ino, kind: e.kind })
                 .collect::<Vec<_>>()
                 .into_iter(),
         ))
@@ -1417,7 +1253,7 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let mut w = Walk::new(&self.cred);
-        let (d, created) = self.open_walk(&mut w, self.start_ref(start)?, path, opts)?;
+        let (d, created) = self.open_walk(&mut w, self.start_ref(start, path)?, path, opts)?;
         self.finish_open(d.inode().expect("positive"), opts, created)
     }
 
@@ -1488,13 +1324,7 @@ impl Vfs {
             }
         }
         if opts.truncate && attr.kind == FileType::File && !created {
-            let a = self.shared.fs().setattr(
-                attr.ino,
-                &SetAttr {
-                    size: Some(0),
-                    ..SetAttr::default()
-                },
-            )?;
+            let a = self.shared.fs().setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
             inode.set_attr(&a);
         }
         inode.hold();
@@ -1516,10 +1346,7 @@ impl Vfs {
 
     /// Writes a whole file, creating or truncating it.
     pub fn write(&self, path: impl AsRef<Path>, contents: impl AsRef<[u8]>) -> Result<()> {
-        let mut f = self.open(
-            path,
-            OpenOptions::new().write(true).create(true).truncate(true),
-        )?;
+        let mut f = self.open(path, OpenOptions::new().write(true).create(true).truncate(true))?;
         f.write_all(contents.as_ref())
     }
 }
@@ -1533,9 +1360,7 @@ pub(crate) fn touch_atime(shared: &Shared, inode: &Inode) {
         AtimePolicy::Strict => true,
         AtimePolicy::Relatime => {
             let a = inode.attr();
-            a.atime <= a.mtime
-                || a.atime <= a.ctime
-                || crate::time::now().sec - a.atime.sec >= 24 * 3600
+            a.atime <= a.mtime || a.atime <= a.ctime || crate::time::now().sec - a.atime.sec >= 24 * 3600
         }
     };
     if due {

@@ -59,8 +59,7 @@ fn seqlock_read_returns_a_snapshot() {
                 s.2.store(1, Ordering::Relaxed);
             })
         };
-        let (a, b) =
-            s.0.read(|| (s.1.load(Ordering::Relaxed), s.2.load(Ordering::Relaxed)));
+        let (a, b) = s.0.read(|| (s.1.load(Ordering::Relaxed), s.2.load(Ordering::Relaxed)));
         assert_eq!(a, b);
         w.join().unwrap();
     });

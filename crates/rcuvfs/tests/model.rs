@@ -19,13 +19,7 @@ const E: fn(i32) -> Out = Out::Err;
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Out {
     Unit,
-    Stat {
-        kind: FileType,
-        size: u64,
-        nlink: u32,
-        perm: u32,
-        uid: u32,
-    },
+    Stat { kind: FileType, size: u64, nlink: u32, perm: u32, uid: u32 },
     Data(Vec<u8>),
     Names(Vec<Vec<u8>>),
     Err(i32),
@@ -74,25 +68,14 @@ impl Who {
         if self.root() {
             return true; // no exec-on-file checks in this model
         }
-        let bits = if n.uid == self.uid {
-            n.perm >> 6
-        } else {
-            n.perm
-        } & 7;
+        let bits = if n.uid == self.uid { n.perm >> 6 } else { n.perm } & 7;
         bits & mask == mask
     }
 }
 
 impl Model {
     fn new() -> Model {
-        Model {
-            nodes: vec![Node {
-                kind: Kind::Dir(BTreeMap::new(), 0),
-                perm: 0o755,
-                uid: 0,
-                nlink: 2,
-            }],
-        }
+        Model { nodes: vec![Node { kind: Kind::Dir(BTreeMap::new(), 0), perm: 0o755, uid: 0, nlink: 2 }] }
     }
 
     fn is_dir(&self, id: Id) -> bool {
@@ -138,16 +121,8 @@ impl Model {
     }
 
     /// Walks all but the last component.
-    fn parent<'p>(
-        &self,
-        who: &Who,
-        path: &'p [u8],
-        links: &mut u32,
-    ) -> Result<(Id, Lst<'p>, bool), i32> {
-        let comps: Vec<&[u8]> = path
-            .split(|&b| b == b'/')
-            .filter(|c| !c.is_empty())
-            .collect();
+    fn parent<'p>(&self, who: &Who, path: &'p [u8], links: &mut u32) -> Result<(Id, Lst<'p>, bool), i32> {
+        let comps: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
         let mut cur = 0;
         let Some((&last, inner)) = comps.split_last() else {
             return Ok((0, Lst::Root, false));
@@ -217,22 +192,11 @@ impl Model {
             Kind::Dir(e, _) => (FileType::Dir, e.len() as u64),
             Kind::Symlink(t) => (FileType::Symlink, t.len() as u64),
         };
-        Out::Stat {
-            kind,
-            size,
-            nlink: self.nlink(id),
-            perm: n.perm,
-            uid: n.uid,
-        }
+        Out::Stat { kind, size, nlink: self.nlink(id), perm: n.perm, uid: n.uid }
     }
 
     fn add(&mut self, dir: Id, name: &[u8], kind: Kind, perm: u32, uid: u32) -> Id {
-        self.nodes.push(Node {
-            kind,
-            perm,
-            uid,
-            nlink: 1,
-        });
+        self.nodes.push(Node { kind, perm, uid, nlink: 1 });
         let id = self.nodes.len() - 1;
         self.entries_mut(dir).insert(name.to_vec(), id);
         id
@@ -243,11 +207,7 @@ impl Model {
         if !who.may(d, 3) {
             return Err(libc::EACCES);
         }
-        if d.perm & 0o1000 != 0
-            && !who.root()
-            && who.uid != d.uid
-            && who.uid != self.nodes[victim].uid
-        {
+        if d.perm & 0o1000 != 0 && !who.root() && who.uid != d.uid && who.uid != self.nodes[victim].uid {
             return Err(libc::EPERM);
         }
         match (want_dir, self.is_dir(victim)) {
@@ -286,13 +246,7 @@ impl Model {
             return Err(libc::EEXIST);
         }
         self.may_create(who, dir)?;
-        self.add(
-            dir,
-            name,
-            Kind::Dir(BTreeMap::new(), dir),
-            0o777 & !umask,
-            who.uid,
-        );
+        self.add(dir, name, Kind::Dir(BTreeMap::new(), dir), 0o777 & !umask, who.uid);
         Ok(Out::Unit)
     }
 
@@ -339,11 +293,7 @@ impl Model {
         };
         let id = *self.entries(dir).get(name).ok_or(libc::ENOENT)?;
         if trailing {
-            return Err(if self.is_dir(id) {
-                libc::EISDIR
-            } else {
-                libc::ENOTDIR
-            });
+            return Err(if self.is_dir(id) { libc::EISDIR } else { libc::ENOTDIR });
         }
         self.may_delete(who, dir, id, false)?;
         self.entries_mut(dir).remove(name);
@@ -368,24 +318,14 @@ impl Model {
         Ok(Out::Unit)
     }
 
-    fn rename(
-        &mut self,
-        who: &Who,
-        from: &[u8],
-        to: &[u8],
-        flags: RenameFlags,
-    ) -> Result<Out, i32> {
+    fn rename(&mut self, who: &Who, from: &[u8], to: &[u8], flags: RenameFlags) -> Result<Out, i32> {
         let (od, ol, ot) = self.parent(who, from, &mut 0)?;
         let (nd, nl, nt) = self.parent(who, to, &mut 0)?;
         let Lst::Name(on) = ol else {
             return Err(libc::EBUSY);
         };
         let Lst::Name(nn) = nl else {
-            return Err(if flags.noreplace {
-                libc::EEXIST
-            } else {
-                libc::EBUSY
-            });
+            return Err(if flags.noreplace { libc::EEXIST } else { libc::EBUSY });
         };
         let src = *self.entries(od).get(on).ok_or(libc::ENOENT)?;
         let dst = self.entries(nd).get(nn).copied();
@@ -407,11 +347,7 @@ impl Model {
         }
         if let Some(d) = dst {
             if self.is_ancestor(d, od) {
-                return Err(if flags.exchange {
-                    libc::EINVAL
-                } else {
-                    libc::ENOTEMPTY
-                });
+                return Err(if flags.exchange { libc::EINVAL } else { libc::ENOTEMPTY });
             }
             if d == src {
                 return Ok(Out::Unit);
@@ -426,10 +362,7 @@ impl Model {
             None => self.may_create(who, nd)?,
         }
         if od != nd {
-            for (x, isd) in [
-                (Some(src), sdir),
-                (dst, flags.exchange && dst.is_some_and(|d| self.is_dir(d))),
-            ] {
+            for (x, isd) in [(Some(src), sdir), (dst, flags.exchange && dst.is_some_and(|d| self.is_dir(d)))] {
                 if let (Some(x), true) = (x, isd) {
                     if !who.may(&self.nodes[x], 2) {
                         return Err(libc::EACCES);
@@ -576,15 +509,7 @@ fn path() -> impl Strategy<Value = String> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let perm = prop_oneof![
-        Just(0o755),
-        Just(0o700),
-        Just(0o777),
-        Just(0o1777),
-        Just(0o644),
-        Just(0o000),
-        Just(0o311)
-    ];
+    let perm = prop_oneof![Just(0o755), Just(0o700), Just(0o777), Just(0o1777), Just(0o644), Just(0o000), Just(0o311)];
     let base = prop_oneof![
         4 => path().prop_map(Op::Mkdir),
         4 => (path(), any::<u8>()).prop_map(|(p, b)| Op::Write(p, b)),
@@ -606,11 +531,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn flags(f: u8) -> RenameFlags {
-    [
-        RenameFlags::NONE,
-        RenameFlags::NOREPLACE,
-        RenameFlags::EXCHANGE,
-    ][f as usize]
+    [RenameFlags::NONE, RenameFlags::NOREPLACE, RenameFlags::EXCHANGE][f as usize]
 }
 
 fn to_out(r: std::io::Result<Out>) -> Out {
@@ -618,13 +539,7 @@ fn to_out(r: std::io::Result<Out>) -> Out {
 }
 
 fn stat_out(m: rcuvfs::Metadata) -> Out {
-    Out::Stat {
-        kind: m.file_type(),
-        size: m.len(),
-        nlink: m.nlink(),
-        perm: m.permissions().mode(),
-        uid: m.uid(),
-    }
+    Out::Stat { kind: m.file_type(), size: m.len(), nlink: m.nlink(), perm: m.permissions().mode(), uid: m.uid() }
 }
 
 struct Sut {
@@ -635,11 +550,7 @@ struct Sut {
 }
 
 fn run_vfs(s: &mut Sut, op: &Op, as_user: bool) -> Out {
-    let v = if as_user {
-        s.user.clone()
-    } else {
-        s.root.clone()
-    };
+    let v = if as_user { s.user.clone() } else { s.root.clone() };
     let unit = |r: std::io::Result<()>| to_out(r.map(|_| Out::Unit));
     match op {
         Op::Mkdir(p) => unit(v.create_dir(p)),
@@ -653,16 +564,11 @@ fn run_vfs(s: &mut Sut, op: &Op, as_user: bool) -> Out {
         Op::Lstat(p) => to_out(v.symlink_metadata(p).map(stat_out)),
         Op::Read(p) => to_out(v.read(p).map(Out::Data)),
         Op::ReadDir(p) => to_out(v.read_dir(p).map(|rd| {
-            let mut n: Vec<Vec<u8>> = rd
-                .map(|e| e.unwrap().file_name().as_bytes().to_vec())
-                .collect();
+            let mut n: Vec<Vec<u8>> = rd.map(|e| e.unwrap().file_name().as_bytes().to_vec()).collect();
             n.sort();
             Out::Names(n)
         })),
-        Op::ReadLink(p) => to_out(
-            v.read_link(p)
-                .map(|t| Out::Data(t.as_os_str().as_bytes().to_vec())),
-        ),
+        Op::ReadLink(p) => to_out(v.read_link(p).map(|t| Out::Data(t.as_os_str().as_bytes().to_vec()))),
         Op::Chmod(p, m) => unit(v.set_permissions(p, Permissions::from_mode(*m))),
         Op::Hold(p) => to_out(v.open(p, OpenOptions::new().read(true)).map(|f| {
             s.held.push((0, f));
@@ -774,10 +680,7 @@ fn model_sanity() {
     assert_eq!(m.mkdir(&root, b"/a", 0o022), Err(libc::EEXIST));
     assert_eq!(m.write(&root, b"/a/f", b"x", &mut 0), Ok(Out::Unit));
     assert_eq!(m.rmdir(&root, b"/a"), Err(libc::ENOTEMPTY));
-    assert_eq!(
-        m.rename(&root, b"/a", b"/a/b", RenameFlags::NONE),
-        Err(libc::EINVAL)
-    );
+    assert_eq!(m.rename(&root, b"/a", b"/a/b", RenameFlags::NONE), Err(libc::EINVAL));
     assert_eq!(m.unlink(&root, b"/a/f/"), Err(libc::ENOTDIR));
     let _ = HashMap::<u8, u8>::new();
 }

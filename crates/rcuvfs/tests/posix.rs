@@ -25,10 +25,7 @@ fn name_and_path_limits() {
     assert_eq!(errno(&v.create_dir(format!("/{}", "x".repeat(255)))), 0);
     let deep = "/a".repeat(2048);
     assert_eq!(errno(&v.metadata(&deep)), libc::ENAMETOOLONG);
-    assert_eq!(
-        errno(&v.metadata(OsStr::from_bytes(b"/a\0b"))),
-        libc::EINVAL
-    );
+    assert_eq!(errno(&v.metadata(OsStr::from_bytes(b"/a\0b"))), libc::EINVAL);
     assert_eq!(errno(&v.metadata("")), libc::ENOENT);
 }
 
@@ -38,11 +35,7 @@ fn non_utf8_names_work() {
     let name = OsStr::from_bytes(b"/caf\xe9\xff");
     v.write(name, b"bytes").unwrap();
     assert_eq!(v.read(name).unwrap(), b"bytes");
-    let names: Vec<_> = v
-        .read_dir("/")
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let names: Vec<_> = v.read_dir("/").unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, vec![OsStr::from_bytes(b"caf\xe9\xff").to_owned()]);
 }
 
@@ -60,10 +53,7 @@ fn symlink_loops_end_in_eloop() {
     }
     assert_eq!(errno(&v.metadata("/c39")), 0);
     assert_eq!(errno(&v.metadata("/c40")), libc::ELOOP);
-    assert_eq!(
-        v.symlink_metadata("/c40").unwrap().file_type(),
-        FileType::Symlink
-    );
+    assert_eq!(v.symlink_metadata("/c40").unwrap().file_type(), FileType::Symlink);
 }
 
 #[test]
@@ -90,14 +80,8 @@ fn dot_and_dotdot_rules() {
     assert_eq!(errno(&v.remove_dir("/")), libc::EBUSY);
     assert_eq!(errno(&v.remove_file("/d/.")), libc::EISDIR);
     assert_eq!(errno(&v.rename("/d/.", "/e")), libc::EBUSY);
-    assert_eq!(
-        v.metadata("/..").unwrap().ino(),
-        v.metadata("/").unwrap().ino()
-    );
-    assert_eq!(
-        v.metadata("/d/../d/./").unwrap().ino(),
-        v.metadata("/d").unwrap().ino()
-    );
+    assert_eq!(v.metadata("/..").unwrap().ino(), v.metadata("/").unwrap().ino());
+    assert_eq!(v.metadata("/d/../d/./").unwrap().ino(), v.metadata("/d").unwrap().ino());
 }
 
 #[test]
@@ -125,17 +109,11 @@ fn rename_rules() {
     v.write("/g", b"2").unwrap();
     assert_eq!(errno(&v.rename("/f", "/a")), libc::EISDIR);
     assert_eq!(errno(&v.rename("/a", "/f")), libc::ENOTDIR);
-    assert_eq!(
-        errno(&v.rename_with("/f", "/g", RenameFlags::NOREPLACE)),
-        libc::EEXIST
-    );
+    assert_eq!(errno(&v.rename_with("/f", "/g", RenameFlags::NOREPLACE)), libc::EEXIST);
     v.rename_with("/f", "/g", RenameFlags::EXCHANGE).unwrap();
     assert_eq!(v.read("/f").unwrap(), b"2");
     assert_eq!(v.read("/g").unwrap(), b"1");
-    assert_eq!(
-        errno(&v.rename_with("/f", "/none", RenameFlags::EXCHANGE)),
-        libc::ENOENT
-    );
+    assert_eq!(errno(&v.rename_with("/f", "/none", RenameFlags::EXCHANGE)), libc::ENOENT);
     // Exchange a directory with a file across parents: both keep working.
     v.rename_with("/a/b", "/g", RenameFlags::EXCHANGE).unwrap();
     assert!(v.metadata("/g/c").unwrap().is_dir());
@@ -158,10 +136,7 @@ fn hard_links_share_an_inode() {
     v.write("/a", b"data").unwrap();
     v.hard_link("/a", "/b").unwrap();
     assert_eq!(v.metadata("/a").unwrap().nlink(), 2);
-    assert_eq!(
-        v.metadata("/a").unwrap().ino(),
-        v.metadata("/b").unwrap().ino()
-    );
+    assert_eq!(v.metadata("/a").unwrap().ino(), v.metadata("/b").unwrap().ino());
     v.remove_file("/a").unwrap();
     assert_eq!(v.read("/b").unwrap(), b"data");
     assert_eq!(v.metadata("/b").unwrap().nlink(), 1);
@@ -173,23 +148,12 @@ fn hard_links_share_an_inode() {
 #[test]
 fn open_flags() {
     let v = vfs();
-    assert_eq!(
-        errno(&v.open("/f", OpenOptions::new().read(true))),
-        libc::ENOENT
-    );
+    assert_eq!(errno(&v.open("/f", OpenOptions::new().read(true))), libc::ENOENT);
     assert_eq!(errno(&v.open("/f", &OpenOptions::new())), libc::EINVAL);
-    assert_eq!(
-        errno(&v.open("/f", OpenOptions::new().read(true).create(true))),
-        libc::EINVAL
-    );
-    let mut f = v
-        .open("/f", OpenOptions::new().write(true).create_new(true))
-        .unwrap();
+    assert_eq!(errno(&v.open("/f", OpenOptions::new().read(true).create(true))), libc::EINVAL);
+    let mut f = v.open("/f", OpenOptions::new().write(true).create_new(true)).unwrap();
     f.write_all(b"hello world").unwrap();
-    assert_eq!(
-        errno(&v.open("/f", OpenOptions::new().write(true).create_new(true))),
-        libc::EEXIST
-    );
+    assert_eq!(errno(&v.open("/f", OpenOptions::new().write(true).create_new(true))), libc::EEXIST);
     assert_eq!(errno(&f.read(&mut [0; 4])), libc::EBADF);
     let mut r = v.open("/f", OpenOptions::new().read(true)).unwrap();
     r.seek(SeekFrom::Start(6)).unwrap();
@@ -198,32 +162,23 @@ fn open_flags() {
     assert_eq!(s, "world");
     assert_eq!(errno(&r.write(b"x")), libc::EBADF);
     assert_eq!(errno(&r.set_len(0)), libc::EINVAL);
-    v.open("/f", OpenOptions::new().write(true).truncate(true))
-        .unwrap();
+    v.open("/f", OpenOptions::new().write(true).truncate(true)).unwrap();
     assert_eq!(v.metadata("/f").unwrap().len(), 0);
     v.symlink("/f", "/l").unwrap();
-    assert_eq!(
-        errno(&v.open("/l", OpenOptions::new().read(true).no_follow(true))),
-        libc::ELOOP
-    );
+    assert_eq!(errno(&v.open("/l", OpenOptions::new().read(true).no_follow(true))), libc::ELOOP);
     // O_CREAT through a dangling symlink creates the target.
     v.symlink("/made", "/dangling").unwrap();
     v.write("/dangling", b"via link").unwrap();
     assert_eq!(v.read("/made").unwrap(), b"via link");
     v.create_dir("/d").unwrap();
-    assert_eq!(
-        errno(&v.open("/d", OpenOptions::new().write(true))),
-        libc::EISDIR
-    );
+    assert_eq!(errno(&v.open("/d", OpenOptions::new().write(true))), libc::EISDIR);
     assert!(v.open("/d", OpenOptions::new().read(true)).is_ok());
 }
 
 #[test]
 fn sparse_writes_read_zeros_and_set_len_cuts() {
     let v = vfs();
-    let f = v
-        .open("/s", OpenOptions::new().read(true).write(true).create(true))
-        .unwrap();
+    let f = v.open("/s", OpenOptions::new().read(true).write(true).create(true)).unwrap();
     f.write_at(b"end", 10_000).unwrap();
     let mut buf = vec![1u8; 10];
     assert_eq!(f.read_at(&mut buf, 5000).unwrap(), 10);
@@ -275,10 +230,7 @@ fn append_is_atomic_between_appenders() {
     let data = v.read("/log").unwrap();
     assert_eq!(data.len(), 4 * 8 * common::scaled(500));
     for chunk in data.chunks(8) {
-        assert!(
-            chunk.iter().all(|&b| b == chunk[0]),
-            "interleaved append: {chunk:?}"
-        );
+        assert!(chunk.iter().all(|&b| b == chunk[0]), "interleaved append: {chunk:?}");
     }
 }
 
@@ -305,35 +257,28 @@ fn permissions_and_the_sticky_bit() {
     let alice = root.with_cred(Cred::new(1000, 1000, &[]));
     let bob = root.with_cred(Cred::new(1001, 1001, &[50]));
     root.create_dir("/tmp").unwrap();
-    root.set_permissions("/tmp", Permissions::from_mode(0o1777))
-        .unwrap();
+    root.set_permissions("/tmp", Permissions::from_mode(0o1777)).unwrap();
     alice.write("/tmp/a", b"alice").unwrap();
     assert_eq!(alice.metadata("/tmp/a").unwrap().uid(), 1000);
     assert_eq!(errno(&bob.remove_file("/tmp/a")), libc::EPERM);
     assert_eq!(errno(&bob.rename("/tmp/a", "/tmp/b")), libc::EPERM);
     assert_eq!(errno(&bob.write("/tmp/a", b"x")), libc::EACCES);
-    assert_eq!(
-        errno(&bob.set_permissions("/tmp/a", Permissions::from_mode(0o777))),
-        libc::EPERM
-    );
+    assert_eq!(errno(&bob.set_permissions("/tmp/a", Permissions::from_mode(0o777))), libc::EPERM);
     assert_eq!(errno(&bob.chown("/tmp/a", Some(1001), None)), libc::EPERM);
     assert_eq!(errno(&alice.create_dir("/private")), libc::EACCES);
     // Group permission through a supplementary group.
     root.create_dir("/g").unwrap();
     root.chown("/g", None, Some(50)).unwrap();
-    root.set_permissions("/g", Permissions::from_mode(0o770))
-        .unwrap();
+    root.set_permissions("/g", Permissions::from_mode(0o770)).unwrap();
     bob.write("/g/x", b"ok").unwrap();
     assert_eq!(errno(&alice.metadata("/g/x")), libc::EACCES);
     // Root is exempt from permission bits, not from file types.
-    root.set_permissions("/tmp/a", Permissions::from_mode(0))
-        .unwrap();
+    root.set_permissions("/tmp/a", Permissions::from_mode(0)).unwrap();
     assert_eq!(root.read("/tmp/a").unwrap(), b"alice");
     alice.remove_file("/tmp/a").unwrap();
     // chown clears set-user-id.
     root.write("/suid", b"").unwrap();
-    root.set_permissions("/suid", Permissions::from_mode(0o4755))
-        .unwrap();
+    root.set_permissions("/suid", Permissions::from_mode(0o4755)).unwrap();
     root.chown("/suid", Some(1000), None).unwrap();
     assert_eq!(root.metadata("/suid").unwrap().permissions().mode(), 0o755);
 }
@@ -343,8 +288,7 @@ fn setgid_directories_pass_their_group_down() {
     let root = vfs();
     root.create_dir("/shared").unwrap();
     root.chown("/shared", None, Some(77)).unwrap();
-    root.set_permissions("/shared", Permissions::from_mode(0o2777))
-        .unwrap();
+    root.set_permissions("/shared", Permissions::from_mode(0o2777)).unwrap();
     let alice = root.with_cred(Cred::new(1000, 1000, &[]));
     alice.write("/shared/f", b"").unwrap();
     alice.create_dir("/shared/sub").unwrap();
@@ -372,12 +316,8 @@ fn working_directory_per_view() {
 fn timestamps_follow_posix_and_relatime() {
     let v = Vfs::builder().build().unwrap();
     v.write("/f", b"x").unwrap();
-    let old = rcuvfs::fs::Timespec {
-        sec: 1_000_000,
-        nsec: 0,
-    };
-    v.set_times("/f", Some(SetTime::At(old)), Some(SetTime::At(old)))
-        .unwrap();
+    let old = rcuvfs::fs::Timespec { sec: 1_000_000, nsec: 0 };
+    v.set_times("/f", Some(SetTime::At(old)), Some(SetTime::At(old))).unwrap();
     let m = v.metadata("/f").unwrap();
     assert_eq!(m.attr().mtime, old);
     // A read with atime <= mtime updates atime once (relatime) ...
@@ -393,21 +333,11 @@ fn timestamps_follow_posix_and_relatime() {
     n.write("/f", b"x").unwrap();
     n.set_times("/f", Some(SetTime::At(old)), None).unwrap();
     n.read("/f").unwrap();
-    assert_eq!(
-        n.metadata("/f").unwrap().attr().atime,
-        old,
-        "noatime never writes atime"
-    );
+    assert_eq!(n.metadata("/f").unwrap().attr().atime, old, "noatime never writes atime");
     // utimens with explicit times needs ownership; "now" needs write access.
     let alice = v.with_cred(Cred::new(1000, 1000, &[]));
-    assert_eq!(
-        errno(&alice.set_times("/f", Some(SetTime::At(old)), None)),
-        libc::EPERM
-    );
-    assert_eq!(
-        errno(&alice.set_times("/f", Some(SetTime::Now), Some(SetTime::Now))),
-        libc::EACCES
-    );
+    assert_eq!(errno(&alice.set_times("/f", Some(SetTime::At(old)), None)), libc::EPERM);
+    assert_eq!(errno(&alice.set_times("/f", Some(SetTime::Now), Some(SetTime::Now))), libc::EACCES);
 }
 
 #[test]
@@ -416,20 +346,13 @@ fn handles_work_like_at_syscalls() {
     v.create_dir_all("/srv/data").unwrap();
     let dir = v.entry("/srv").unwrap();
     v.create_dir_at(&dir, "logs", 0o755).unwrap();
-    let mut f = v
-        .open_at(
-            &dir,
-            "logs/today",
-            OpenOptions::new().write(true).create(true),
-        )
-        .unwrap();
+    let mut f = v.open_at(&dir, "logs/today", OpenOptions::new().write(true).create(true)).unwrap();
     f.write_all(b"entry").unwrap();
     let logs = v.lookup_at(&dir, "logs").unwrap();
     assert!(logs.is_dir());
     assert_eq!(v.lookup_at(&logs, "..").unwrap().ino(), dir.ino());
     assert_eq!(errno(&v.lookup_at(&dir, "a/b")), libc::EINVAL);
-    v.rename_at(&logs, "today", &dir, "moved", RenameFlags::NONE)
-        .unwrap();
+    v.rename_at(&logs, "today", &dir, "moved", RenameFlags::NONE).unwrap();
     assert_eq!(v.read("/srv/moved").unwrap(), b"entry");
     // A handle follows its name through a rename of its parent.
     v.rename("/srv", "/opt").unwrap();
@@ -494,11 +417,7 @@ fn snapshot(v: &Vfs) -> Vec<(String, u64, u32, Vec<u8>)> {
             let e = e.unwrap();
             let p = e.path().to_string_lossy().into_owned();
             let m = v.symlink_metadata(&p).unwrap();
-            let data = if m.is_file() {
-                v.read(&p).unwrap()
-            } else {
-                Vec::new()
-            };
+            let data = if m.is_file() { v.read(&p).unwrap() } else { Vec::new() };
             out.push((p.clone(), m.ino(), m.permissions().mode(), data));
             if m.is_dir() {
                 stack.push(p);
@@ -537,14 +456,7 @@ fn teardown_frees_every_dentry_and_inode() {
     assert!(counters.dentries() > 0, "handles keep the Vfs alive");
     drop(h);
     drop(f);
-    assert_eq!(
-        (
-            counters.dentries(),
-            counters.negative_dentries(),
-            counters.inodes()
-        ),
-        (0, 0, 0)
-    );
+    assert_eq!((counters.dentries(), counters.negative_dentries(), counters.inodes()), (0, 0, 0));
     // The removed file is gone from the filesystem too.
     assert_eq!(fs.live_inodes(), 4, "root, a, b, c");
     assert_eq!(fs.getattr(fs.root()).unwrap().nlink, 3);

@@ -23,27 +23,12 @@ fn a_stable_name_is_never_reported_missing() {
 }
 
 fn stable_names_under_a_rename_storm(mode: RefMode, layout: Layout) {
-    let v = Vfs::builder()
-        .mode(mode)
-        .layout(layout)
-        .hash_buckets(16)
-        .build()
-        .unwrap();
-    for d in [
-        "/s",
-        "/s/deep",
-        "/s/deep/er",
-        "/m",
-        "/m/p1",
-        "/m/p2",
-        "/m/p1/moving",
-    ] {
+    let v = Vfs::builder().mode(mode).layout(layout).hash_buckets(16).build().unwrap();
+    for d in ["/s", "/s/deep", "/s/deep/er", "/m", "/m/p1", "/m/p2", "/m/p1/moving"] {
         v.create_dir(d).unwrap();
     }
-    let stable: Vec<String> = (0..8)
-        .map(|i| format!("/s/stable{i}"))
-        .chain((0..4).map(|i| format!("/s/deep/er/leaf{i}")))
-        .collect();
+    let stable: Vec<String> =
+        (0..8).map(|i| format!("/s/stable{i}")).chain((0..4).map(|i| format!("/s/deep/er/leaf{i}"))).collect();
     for p in &stable {
         v.write(p, b"x").unwrap();
     }
@@ -63,10 +48,8 @@ fn stable_names_under_a_rename_storm(mode: RefMode, layout: Layout) {
             while !stop.load(Ordering::Relaxed) || n < 10 {
                 for i in (t..8).step_by(2) {
                     for dir in ["/s", "/s/deep/er"] {
-                        v.rename(format!("{dir}/r{i}"), format!("{dir}/r{i}.moved"))
-                            .unwrap();
-                        v.rename(format!("{dir}/r{i}.moved"), format!("{dir}/r{i}"))
-                            .unwrap();
+                        v.rename(format!("{dir}/r{i}"), format!("{dir}/r{i}.moved")).unwrap();
+                        v.rename(format!("{dir}/r{i}.moved"), format!("{dir}/r{i}")).unwrap();
                     }
                 }
                 n += 1;
@@ -81,8 +64,7 @@ fn stable_names_under_a_rename_storm(mode: RefMode, layout: Layout) {
                 v.rename("/m/p1/moving", "/m/p2/moving").unwrap();
                 v.rename("/m/p2/moving", "/m/p1/moving").unwrap();
                 v.write("/s/tmp", b"t").unwrap();
-                v.rename_with("/s/tmp", "/s/r0", RenameFlags::NOREPLACE)
-                    .ok();
+                v.rename_with("/s/tmp", "/s/r0", RenameFlags::NOREPLACE).ok();
                 v.remove_file("/s/tmp").ok();
             }
         }));
@@ -91,13 +73,8 @@ fn stable_names_under_a_rename_storm(mode: RefMode, layout: Layout) {
     let barrier = Arc::new(Barrier::new(3));
     let readers: Vec<_> = (0..2)
         .map(|_| {
-            let (v, stable, fnn, lookups, barrier) = (
-                v.clone(),
-                stable.clone(),
-                false_negatives.clone(),
-                lookups.clone(),
-                barrier.clone(),
-            );
+            let (v, stable, fnn, lookups, barrier) =
+                (v.clone(), stable.clone(), false_negatives.clone(), lookups.clone(), barrier.clone());
             thread::spawn(move || {
                 barrier.wait();
                 for _ in 0..scaled(5_000) {
@@ -120,11 +97,7 @@ fn stable_names_under_a_rename_storm(mode: RefMode, layout: Layout) {
         w.join().unwrap();
     }
     assert!(lookups.load(Ordering::Relaxed) > 0);
-    assert_eq!(
-        false_negatives.load(Ordering::Relaxed),
-        0,
-        "{mode:?} {layout:?}"
-    );
+    assert_eq!(false_negatives.load(Ordering::Relaxed), 0, "{mode:?} {layout:?}");
     // The storm left the tree as it started.
     for i in 0..8 {
         assert_eq!(v.read(format!("/s/r{i}")).unwrap(), b"r");
@@ -166,13 +139,8 @@ fn visibility(mode: RefMode) {
         })
     };
     let reader = {
-        let (v, published, started, wrong, checked) = (
-            v.clone(),
-            published.clone(),
-            started.clone(),
-            wrong.clone(),
-            checked.clone(),
-        );
+        let (v, published, started, wrong, checked) =
+            (v.clone(), published.clone(), started.clone(), wrong.clone(), checked.clone());
         thread::spawn(move || loop {
             let r = published.load(Ordering::Acquire);
             if r == 0 {

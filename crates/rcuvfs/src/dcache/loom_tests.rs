@@ -15,10 +15,7 @@ use loom::thread;
 use super::Dcache;
 use crate::cred::Cred;
 use crate::error::{fail, Result, ENOENT};
-use crate::fs::{
-    Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, StatFs, Timespec,
-    WritePos,
-};
+use crate::fs::{Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, StatFs, Timespec, WritePos};
 use crate::namei::Walk;
 
 /// Inodes below 10 are directories, the rest files; nothing else exists.
@@ -27,11 +24,7 @@ struct Stub;
 fn attr(ino: Ino) -> Attr {
     Attr {
         ino,
-        kind: if ino < 10 {
-            FileType::Dir
-        } else {
-            FileType::File
-        },
+        kind: if ino < 10 { FileType::Dir } else { FileType::File },
         perm: 0o755,
         nlink: 1,
         uid: 0,
@@ -110,7 +103,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn cache() -> Arc<Dcache> {
-    Arc::new(Dcache::new(Arc::new(Stub), 1, false).unwrap())
+    Arc::new(Dcache::new(Arc::new(Stub), 1, false, false).unwrap())
 }
 
 /// Adds `name` -> file `ino` under the root, and leaves it cached, unused.
@@ -140,10 +133,7 @@ fn loom_insert_vs_lookup() {
         }
         writer.join().unwrap();
         let g = dc.rcu.read_lock();
-        assert!(
-            dc.lookup_rcu(&g, dc.root(), b"x").is_some(),
-            "an insert that returned is visible"
-        );
+        assert!(dc.lookup_rcu(&g, dc.root(), b"x").is_some(), "an insert that returned is visible");
     });
 }
 
@@ -206,15 +196,9 @@ fn loom_rename_vs_rcu_lookup() {
             let root = dc.root();
             let seq = root.seq.read_begin().unwrap();
             let r = dc.walk_rcu(&g, &mut Walk::new(&cred), root, seq, b"s", true);
-            assert!(
-                !matches!(r, Some(Err(_))),
-                "RCU-walk reported a stable name missing"
-            );
+            assert!(!matches!(r, Some(Err(_))), "RCU-walk reported a stable name missing");
         }
-        assert!(
-            dc.d_lookup(dc.root(), b"s").is_some(),
-            "d_lookup missed a stable name"
-        );
+        assert!(dc.d_lookup(dc.root(), b"s").is_some(), "d_lookup missed a stable name");
         writer.join().unwrap();
         let z = dc.d_lookup(dc.root(), b"z").expect("renamed entry");
         assert_eq!(z.inode().map(|i| i.ino), Some(22));

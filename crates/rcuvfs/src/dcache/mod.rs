@@ -75,15 +75,13 @@ impl LiveCounters {
         self.inodes.load(std::sync::atomic::Ordering::Relaxed)
     }
     pub(crate) fn add_inode(&self, n: i64) {
-        self.inodes
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        self.inodes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
     fn add_dentry(&self, n: i64, negative: bool) {
-        self.dentries
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        crate::sync::audit::shared_writes(1);
+        self.dentries.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         if negative {
-            self.negative
-                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            self.negative.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -139,10 +137,8 @@ unsafe impl Send for Dentry {}
 unsafe impl Sync for Dentry {}
 
 #[cfg(not(loom))]
-const _: () = assert!(
-    std::mem::offset_of!(Dentry, lockref_split) == 64
-        && std::mem::offset_of!(Dentry, lockref_packed) < 64
-);
+const _: () =
+    assert!(std::mem::offset_of!(Dentry, lockref_split) == 64 && std::mem::offset_of!(Dentry, lockref_packed) < 64);
 
 impl Dentry {
     /// The reference count and `d_lock`, in the slot of this dentry's layout.
@@ -193,8 +189,7 @@ impl Dentry {
 
     #[inline]
     pub fn is_dir(&self) -> bool {
-        self.inode()
-            .is_some_and(|i| i.kind == crate::fs::FileType::Dir)
+        self.inode().is_some_and(|i| i.kind == crate::fs::FileType::Dir)
     }
 
     /// # Safety
@@ -251,10 +246,7 @@ impl<'a> DRef<'a> {
     /// The caller owns one reference on `d`, which `dc` manages.
     pub unsafe fn adopt(dc: &'a Dcache, d: *const Dentry) -> DRef<'a> {
         // SAFETY: a held reference keeps the dentry allocated.
-        DRef {
-            d: unsafe { &*d },
-            dc,
-        }
+        DRef { d: unsafe { &*d }, dc }
     }
 
     /// Gives up ownership of the reference, returning the raw pointer.
@@ -266,10 +258,7 @@ impl<'a> DRef<'a> {
 
     pub fn clone_ref(&self) -> DRef<'a> {
         self.d.lockref().get();
-        DRef {
-            d: self.d,
-            dc: self.dc,
-        }
+        DRef { d: self.d, dc: self.dc }
     }
 
     pub fn ptr(&self) -> *const Dentry {
@@ -294,6 +283,8 @@ impl Drop for DRef<'_> {
 pub(crate) struct Dcache {
     /// `PACKED` or 0: the layout of every dentry of this cache.
     layout: u32,
+    /// Reference changes always take `d_lock` (`dlock` mode).
+    lock_only: bool,
     pub fs: Arc<dyn FileSystem>,
     buckets: Box<[Bucket]>,
     mask: u64,
@@ -312,18 +303,18 @@ unsafe impl Send for Dcache {}
 unsafe impl Sync for Dcache {}
 
 impl Dcache {
-    pub fn new(fs: Arc<dyn FileSystem>, buckets: usize, packed: bool) -> std::io::Result<Dcache> {
+    /// `packed`: the count in the lookup line (seed 002's before);
+    /// `lock_only`: every reference change takes `d_lock` (the `dlock` mode).
+    pub fn new(fs: Arc<dyn FileSystem>, buckets: usize, packed: bool, lock_only: bool) -> std::io::Result<Dcache> {
         let layout = if packed { PACKED } else { 0 };
         let n = buckets.next_power_of_two().max(1);
         let counters = Arc::new(LiveCounters::default());
         let mut dc = Dcache {
             layout,
+            lock_only,
             fs: fs.clone(),
             buckets: (0..n)
-                .map(|_| Bucket {
-                    head: AtomicPtr::new(ptr::null_mut()),
-                    lock: Default::default(),
-                })
+                .map(|_| Bucket { head: AtomicPtr::new(ptr::null_mut()), lock: Default::default() })
                 .collect(),
             mask: (n - 1) as u64,
             tree_lock: Mutex::new(()),
@@ -340,10 +331,7 @@ impl Dcache {
             seq: SeqCount::new(),
             flags: AtomicU32::new(ROOT | layout),
             parent: AtomicPtr::new(ptr::null_mut()),
-            name: AtomicPtr::new(Box::into_raw(Box::new(Name {
-                hash: 0,
-                bytes: Box::new([]),
-            }))),
+            name: AtomicPtr::new(Box::into_raw(Box::new(Name { hash: 0, bytes: Box::new([]) }))),
             inode: AtomicPtr::new(inode as *mut Inode),
             next: AtomicPtr::new(ptr::null_mut()),
             lockref_packed: Lockref::new(1), // pinned for the cache's life
@@ -362,6 +350,14 @@ impl Dcache {
         Ok(dc)
     }
 
+    fn new_lockref(&self) -> Lockref {
+        if self.lock_only {
+            Lockref::new_lock_only(1)
+        } else {
+            Lockref::new(1)
+        }
+    }
+
     #[inline]
     pub fn root(&self) -> &Dentry {
         // SAFETY: the root lives as long as the cache.
@@ -371,10 +367,7 @@ impl Dcache {
     /// A new counted reference to the root.
     pub fn root_ref(&self) -> DRef<'_> {
         self.root().lockref().get();
-        DRef {
-            d: self.root(),
-            dc: self,
-        }
+        DRef { d: self.root(), dc: self }
     }
 
     /// A new counted reference to `d`, which the caller keeps alive by a
@@ -394,12 +387,7 @@ impl Dcache {
     /// candidate; the caller falls back to a locked lookup. The caller must
     /// be in a read section and owes the checks in the module doc.
     #[inline]
-    pub fn lookup_rcu<'g>(
-        &'g self,
-        _guard: &RcuGuard<'_>,
-        parent: &Dentry,
-        name: &[u8],
-    ) -> Option<(&'g Dentry, u32)> {
+    pub fn lookup_rcu<'g>(&'g self, _guard: &RcuGuard<'_>, parent: &Dentry, name: &[u8]) -> Option<(&'g Dentry, u32)> {
         let hash = name_hash(parent, name);
         // Acquire on every link: pairs with the Release publication of a
         // dentry in `hash_insert`, so its fields are initialized.
@@ -467,12 +455,10 @@ impl Dcache {
     fn hash_insert(&self, d: &Dentry, hash: u64) {
         let b = self.bucket(hash);
         b.lock.lock();
-        d.next
-            .store(b.head.load(Ordering::Relaxed), Ordering::Relaxed);
+        d.next.store(b.head.load(Ordering::Relaxed), Ordering::Relaxed);
         // Release: publishes the dentry's initialized fields to readers'
         // Acquire loads of the chain.
-        b.head
-            .store(d as *const Dentry as *mut Dentry, Ordering::Release);
+        b.head.store(d as *const Dentry as *mut Dentry, Ordering::Release);
         // SAFETY: locked just above.
         unsafe { b.lock.unlock() };
     }
@@ -491,6 +477,7 @@ impl Dcache {
                 // it is after the removal. `d.next` stays intact, so a
                 // reader standing on `d` can go on.
                 link.store(d.next.load(Ordering::Relaxed), Ordering::Release);
+                crate::sync::audit::shared_writes(1);
                 break;
             }
             // SAFETY: chain members are live while the bucket is locked.
@@ -511,15 +498,12 @@ impl Dcache {
             seq: SeqCount::new(),
             flags: AtomicU32::new(HASHED | self.layout),
             parent: AtomicPtr::new(parent as *const Dentry as *mut Dentry),
-            name: AtomicPtr::new(Box::into_raw(Box::new(Name {
-                hash,
-                bytes: name.into(),
-            }))),
+            name: AtomicPtr::new(Box::into_raw(Box::new(Name { hash, bytes: name.into() }))),
             inode: AtomicPtr::new(inode as *mut Inode),
             next: AtomicPtr::new(ptr::null_mut()),
-            lockref_packed: Lockref::new(1),
+            lockref_packed: self.new_lockref(),
             _pad: [0; 2],
-            lockref_split: Lockref::new(1),
+            lockref_split: self.new_lockref(),
             tree: UnsafeCell::new(TreeLinks {
                 first_child: ptr::null(),
                 next_sibling: ptr::null(),
@@ -580,9 +564,7 @@ impl Dcache {
         // Release: publishes the inode's fields (see `Dentry::inode`).
         d.inode.store(inode as *mut Inode, Ordering::Release);
         d.seq.write_end();
-        self.counters
-            .negative
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.counters.negative.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Records that `d`'s name was removed (`d_delete`): if the caller's
@@ -598,15 +580,10 @@ impl Dcache {
             let inode = d.inode.swap(ptr::null_mut(), Ordering::Relaxed);
             d.seq.write_end();
             drop(g);
-            self.counters
-                .negative
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.counters.negative.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if !inode.is_null() {
                 // SAFETY: the dentry owned this reference on the inode.
-                unsafe {
-                    self.itable
-                        .iput(inode, &*self.fs, &self.rcu, &self.counters)
-                };
+                unsafe { self.itable.iput(inode, &*self.fs, &self.rcu, &self.counters) };
             }
         } else {
             drop(g);
@@ -666,6 +643,7 @@ impl Dcache {
         }
         self.hash_remove(d, d.name().hash);
         d.flags.fetch_and(!HASHED, Ordering::Relaxed);
+        crate::sync::audit::shared_writes(1);
         d.seq.invalidate();
         if g.count() == 0 {
             g.mark_dead();
@@ -693,10 +671,7 @@ impl Dcache {
             self.counters.add_dentry(-1, inode.is_null());
             if !inode.is_null() {
                 // SAFETY: the dentry owned this reference.
-                unsafe {
-                    self.itable
-                        .iput(inode, &*self.fs, &self.rcu, &self.counters)
-                };
+                unsafe { self.itable.iput(inode, &*self.fs, &self.rcu, &self.counters) };
             }
             let name = dr.name.load(Ordering::Relaxed);
             // SAFETY: unhashed and off the tree: only RCU readers that found
@@ -725,10 +700,39 @@ impl Dcache {
 
     /// Drops a reference (`dput`). The last reference to a hashed dentry
     /// leaves it cached and unused; to an unhashed one, kills it.
+    ///
+    /// Fast path (Linux's `fast_dput`): one lockless decrement, to zero
+    /// included. A hashed dentry at zero is simply unused; only an unhashed
+    /// one needs the lock, to kill it unless `d_drop` (which checks the count
+    /// under `d_lock` after clearing `HASHED`) already did.
+    #[inline]
     pub fn dput(&self, d: &Dentry) {
-        let Some(mut g) = d.lockref().put_or_lock() else {
-            return;
-        };
+        match d.lockref().put_return() {
+            Some(n) if n > 0 => return,
+            Some(_) => {
+                // Acquire: if the decrement read the word an unlock by
+                // `d_drop` released, its `HASHED` clear is visible below.
+                crate::sync::atomic::fence(Ordering::Acquire);
+                if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
+                    return;
+                }
+                let mut g = d.lockref().lock();
+                if g.count() != 0 || d.flags.load(Ordering::Relaxed) & HASHED != 0 {
+                    return; // revived, or killed by d_drop already (DEAD)
+                }
+                g.mark_dead();
+                drop(g);
+                let _t = self.tree_lock.lock();
+                // SAFETY: tree_lock held; dead and unhashed.
+                unsafe { self.kill_locked(d) };
+            }
+            None => self.dput_slow(d),
+        }
+    }
+
+    #[cold]
+    fn dput_slow(&self, d: &Dentry) {
+        let Some(mut g) = d.lockref().put_or_lock() else { return };
         if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
             g.set_count(g.count() - 1);
             return;
@@ -759,14 +763,7 @@ impl Dcache {
     /// Records a rename the filesystem just made (`d_move`). `src` is the
     /// dentry of the old name; `dst` that of the new name (negative or not).
     /// The caller holds the directory locks of both parents.
-    pub fn d_move(
-        &self,
-        src: &Dentry,
-        new_parent: &Dentry,
-        new_name: &[u8],
-        dst: &Dentry,
-        exchange: bool,
-    ) {
+    pub fn d_move(&self, src: &Dentry, new_parent: &Dentry, new_name: &[u8], dst: &Dentry, exchange: bool) {
         let _t = self.tree_lock.lock();
         let _w = self.rename_lock.write();
         if exchange {
@@ -801,10 +798,7 @@ impl Dcache {
         }
         let hash = name_hash(parent, name);
         d.seq.write_begin();
-        let new_name = Box::into_raw(Box::new(Name {
-            hash,
-            bytes: name.into(),
-        }));
+        let new_name = Box::into_raw(Box::new(Name { hash, bytes: name.into() }));
         d.name.store(new_name, Ordering::Release);
         if !ptr::eq(old_parent, parent) {
             parent.lockref().get();
@@ -813,10 +807,10 @@ impl Dcache {
                 self.unlink_child(&*old_parent, d);
                 self.link_child(parent, d);
             }
-            d.parent
-                .store(parent as *const Dentry as *mut Dentry, Ordering::Release);
+            d.parent.store(parent as *const Dentry as *mut Dentry, Ordering::Release);
         }
         d.flags.fetch_or(HASHED, Ordering::Relaxed);
+        crate::sync::audit::shared_writes(1);
         d.seq.write_end();
         self.hash_insert(d, hash);
         drop(g);
@@ -881,6 +875,7 @@ impl Dcache {
                 if d.flags.load(Ordering::Relaxed) & HASHED != 0 {
                     self.hash_remove(d, d.name().hash);
                     d.flags.fetch_and(!HASHED, Ordering::Relaxed);
+                    crate::sync::audit::shared_writes(1);
                 }
                 d.seq.invalidate();
                 g.mark_dead();

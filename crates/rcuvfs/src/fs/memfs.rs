@@ -26,12 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use super::{
-    Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs,
-    Timespec, WritePos,
+    Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec, WritePos,
 };
-use crate::error::{
-    fail, Result, EEXIST, EFBIG, EINVAL, EISDIR, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM,
-};
+use crate::error::{fail, Result, EEXIST, EFBIG, EINVAL, EISDIR, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
 use crate::time::now;
 
 pub const ROOT_INO: Ino = 1;
@@ -64,11 +61,7 @@ pub struct MemFsOptions {
 
 impl Default for MemFsOptions {
     fn default() -> Self {
-        Self {
-            max_bytes: u64::MAX / 2,
-            max_inodes: u64::MAX / 2,
-            atime: AtimePolicy::Relatime,
-        }
+        Self { max_bytes: u64::MAX / 2, max_inodes: u64::MAX / 2, atime: AtimePolicy::Relatime }
     }
 }
 
@@ -220,13 +213,7 @@ impl MemFs {
             content: Content::Dir(Dir::default()),
         };
         let mut table = HashMap::new();
-        table.insert(
-            ROOT_INO,
-            Arc::new(MemInode {
-                ino: ROOT_INO,
-                state: Mutex::new(root),
-            }),
-        );
+        table.insert(ROOT_INO, Arc::new(MemInode { ino: ROOT_INO, state: Mutex::new(root) }));
         MemFs {
             opts,
             namespace: Mutex::new(()),
@@ -248,12 +235,7 @@ impl MemFs {
     }
 
     fn get(&self, ino: Ino) -> Result<Arc<MemInode>> {
-        match self
-            .inodes
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&ino)
-        {
+        match self.inodes.read().unwrap_or_else(|e| e.into_inner()).get(&ino) {
             Some(i) => Ok(i.clone()),
             None => fail(ENOENT),
         }
@@ -264,12 +246,7 @@ impl MemFs {
         loop {
             let new = cur.checked_add(n).filter(|&v| v <= self.opts.max_bytes);
             let Some(new) = new else { return fail(ENOSPC) };
-            match self.used_bytes.compare_exchange_weak(
-                cur,
-                new,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match self.used_bytes.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Ok(()),
                 Err(c) => cur = c,
             }
@@ -282,25 +259,13 @@ impl MemFs {
 
     /// Allocates a new inode (not yet linked anywhere) with one lookup
     /// reference.
-    fn alloc(
-        &self,
-        kind: FileType,
-        perm: u32,
-        rdev: u64,
-        owner: Owner,
-        content: Content,
-    ) -> Result<Arc<MemInode>> {
+    fn alloc(&self, kind: FileType, perm: u32, rdev: u64, owner: Owner, content: Content) -> Result<Arc<MemInode>> {
         let mut cur = self.used_inodes.load(Ordering::Relaxed);
         loop {
             if cur >= self.opts.max_inodes {
                 return fail(ENOSPC);
             }
-            match self.used_inodes.compare_exchange_weak(
-                cur,
-                cur + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match self.used_inodes.compare_exchange_weak(cur, cur + 1, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(c) => cur = c,
             }
@@ -328,14 +293,8 @@ impl MemFs {
             nlookup: 1,
             content,
         };
-        let inode = Arc::new(MemInode {
-            ino,
-            state: Mutex::new(state),
-        });
-        self.inodes
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(ino, inode.clone());
+        let inode = Arc::new(MemInode { ino, state: Mutex::new(state) });
+        self.inodes.write().unwrap_or_else(|e| e.into_inner()).insert(ino, inode.clone());
         Ok(inode)
     }
 
@@ -345,13 +304,7 @@ impl MemFs {
         if st.nlink == 0 && st.nlookup == 0 {
             self.release_bytes(st.data_bytes());
             st.content = Content::Special;
-            if self
-                .inodes
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&inode.ino)
-                .is_some()
-            {
+            if self.inodes.write().unwrap_or_else(|e| e.into_inner()).remove(&inode.ino).is_some() {
                 self.used_inodes.fetch_sub(1, Ordering::Relaxed);
             }
         }
@@ -359,12 +312,7 @@ impl MemFs {
 
     /// Creates `name` in `parent` for a freshly made inode. Holds the
     /// namespace lock.
-    fn add_entry(
-        &self,
-        parent: Ino,
-        name: &[u8],
-        make: impl FnOnce() -> Result<Arc<MemInode>>,
-    ) -> Result<Attr> {
+    fn add_entry(&self, parent: Ino, name: &[u8], make: impl FnOnce() -> Result<Arc<MemInode>>) -> Result<Attr> {
         let _ns = self.namespace.lock().unwrap_or_else(|e| e.into_inner());
         let dir = self.get(parent)?;
         {
@@ -392,10 +340,7 @@ impl MemFs {
     }
 
     fn entry_ino(&self, dir: &MemInode, name: &[u8]) -> Result<Ino> {
-        lock(dir)
-            .dir()?
-            .get(name)
-            .ok_or_else(|| crate::error::err(ENOENT))
+        lock(dir).dir()?.get(name).ok_or_else(|| crate::error::err(ENOENT))
     }
 
     fn kind_of(&self, ino: Ino) -> Result<FileType> {
@@ -465,11 +410,7 @@ impl FileSystem for MemFs {
                 return fail(EFBIG);
             }
             let Content::File(data) = &mut st.content else {
-                return fail(if st.kind == FileType::Dir {
-                    EISDIR
-                } else {
-                    EINVAL
-                });
+                return fail(if st.kind == FileType::Dir { EISDIR } else { EINVAL });
             };
             let old = data.len() as u64;
             if size > old {
@@ -500,46 +441,26 @@ impl FileSystem for MemFs {
     }
 
     fn create(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || {
-            self.alloc(FileType::File, perm, 0, owner, Content::File(Vec::new()))
-        })
+        self.add_entry(parent, name, || self.alloc(FileType::File, perm, 0, owner, Content::File(Vec::new())))
     }
 
     fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || {
-            self.alloc(FileType::Dir, perm, 0, owner, Content::Dir(Dir::default()))
-        })
+        self.add_entry(parent, name, || self.alloc(FileType::Dir, perm, 0, owner, Content::Dir(Dir::default())))
     }
 
-    fn mknod(
-        &self,
-        parent: Ino,
-        name: &[u8],
-        kind: FileType,
-        perm: u32,
-        rdev: u64,
-        owner: Owner,
-    ) -> Result<Attr> {
+    fn mknod(&self, parent: Ino, name: &[u8], kind: FileType, perm: u32, rdev: u64, owner: Owner) -> Result<Attr> {
         let content = match kind {
             FileType::File => Content::File(Vec::new()),
             FileType::Dir => return fail(EINVAL),
             FileType::Symlink => return fail(EINVAL),
             _ => Content::Special,
         };
-        self.add_entry(parent, name, || {
-            self.alloc(kind, perm, rdev, owner, content)
-        })
+        self.add_entry(parent, name, || self.alloc(kind, perm, rdev, owner, content))
     }
 
     fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
         self.add_entry(parent, name, || {
-            self.alloc(
-                FileType::Symlink,
-                0o777,
-                0,
-                owner,
-                Content::Symlink(target.to_vec()),
-            )
+            self.alloc(FileType::Symlink, 0o777, 0, owner, Content::Symlink(target.to_vec()))
         })
     }
 
@@ -597,14 +518,7 @@ impl FileSystem for MemFs {
         self.drop_link(ino, t)
     }
 
-    fn rename(
-        &self,
-        parent: Ino,
-        name: &[u8],
-        new_parent: Ino,
-        new_name: &[u8],
-        flags: RenameFlags,
-    ) -> Result<()> {
+    fn rename(&self, parent: Ino, name: &[u8], new_parent: Ino, new_name: &[u8], flags: RenameFlags) -> Result<()> {
         let _ns = self.namespace.lock().unwrap_or_else(|e| e.into_inner());
         let src_dir = self.get(parent)?;
         let dst_dir = self.get(new_parent)?;
@@ -624,11 +538,7 @@ impl FileSystem for MemFs {
             lock(&src_dir).dir_mut()?.insert(name, dst, dst_kind);
             lock(&dst_dir).dir_mut()?.insert(new_name, src, src_kind);
             if parent != new_parent && (src_kind == FileType::Dir) != (dst_kind == FileType::Dir) {
-                let (gain, lose) = if src_kind == FileType::Dir {
-                    (&dst_dir, &src_dir)
-                } else {
-                    (&src_dir, &dst_dir)
-                };
+                let (gain, lose) = if src_kind == FileType::Dir { (&dst_dir, &src_dir) } else { (&src_dir, &dst_dir) };
                 lock(gain).nlink += 1;
                 lock(lose).nlink -= 1;
             }
@@ -691,12 +601,7 @@ impl FileSystem for MemFs {
             .dir()?
             .by_cookie
             .range(offset.saturating_add(1)..)
-            .map(|(&c, (name, ino, kind))| DirEntry {
-                ino: *ino,
-                name: name.clone(),
-                kind: *kind,
-                offset: c,
-            })
+            .map(|(&c, (name, ino, kind))| DirEntry { ino: *ino, name: name.clone(), kind: *kind, offset: c })
             .collect();
         let t = now();
         if atime_due(self.opts.atime, &st, t) {
@@ -709,11 +614,7 @@ impl FileSystem for MemFs {
         let inode = self.get(ino)?;
         let mut st = lock(&inode);
         let Content::File(data) = &st.content else {
-            return fail(if st.kind == FileType::Dir {
-                EISDIR
-            } else {
-                EINVAL
-            });
+            return fail(if st.kind == FileType::Dir { EISDIR } else { EINVAL });
         };
         let n = if offset >= data.len() as u64 {
             0
@@ -735,19 +636,13 @@ impl FileSystem for MemFs {
         let mut st = lock(&inode);
         let kind = st.kind;
         let Content::File(file) = &mut st.content else {
-            return fail(if kind == FileType::Dir {
-                EISDIR
-            } else {
-                EINVAL
-            });
+            return fail(if kind == FileType::Dir { EISDIR } else { EINVAL });
         };
         let offset = match pos {
             WritePos::At(o) => o,
             WritePos::Append => file.len() as u64,
         };
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= MAX_FILE_SIZE);
+        let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE);
         let Some(end) = end else { return fail(EFBIG) };
         if data.is_empty() {
             return Ok(offset);
@@ -785,8 +680,6 @@ fn atime_due(policy: AtimePolicy, st: &State, now: Timespec) -> bool {
     match policy {
         AtimePolicy::Noatime => false,
         AtimePolicy::Strict => true,
-        AtimePolicy::Relatime => {
-            st.atime <= st.mtime || st.atime <= st.ctime || now.sec - st.atime.sec >= 24 * 3600
-        }
+        AtimePolicy::Relatime => st.atime <= st.mtime || st.atime <= st.ctime || now.sec - st.atime.sec >= 24 * 3600,
     }
 }

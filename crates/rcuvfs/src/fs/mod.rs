@@ -81,10 +81,7 @@ impl Timespec {
 
     pub fn from_system_time(t: std::time::SystemTime) -> Timespec {
         match t.duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => Timespec {
-                sec: d.as_secs() as i64,
-                nsec: d.subsec_nanos(),
-            },
+            Ok(d) => Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
             Err(e) => {
                 let d = e.duration();
                 let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
@@ -175,18 +172,9 @@ pub struct RenameFlags {
 }
 
 impl RenameFlags {
-    pub const NONE: RenameFlags = RenameFlags {
-        noreplace: false,
-        exchange: false,
-    };
-    pub const NOREPLACE: RenameFlags = RenameFlags {
-        noreplace: true,
-        exchange: false,
-    };
-    pub const EXCHANGE: RenameFlags = RenameFlags {
-        noreplace: false,
-        exchange: true,
-    };
+    pub const NONE: RenameFlags = RenameFlags { noreplace: false, exchange: false };
+    pub const NOREPLACE: RenameFlags = RenameFlags { noreplace: true, exchange: false };
+    pub const EXCHANGE: RenameFlags = RenameFlags { noreplace: false, exchange: true };
 
     /// From the `RENAME_*` bits of `renameat2`; EINVAL on unknown bits or on
     /// NOREPLACE together with EXCHANGE.
@@ -196,10 +184,7 @@ impl RenameFlags {
         if bits & !(NOREPLACE | EXCHANGE) != 0 || bits == NOREPLACE | EXCHANGE {
             return crate::error::fail(libc::EINVAL);
         }
-        Ok(RenameFlags {
-            noreplace: bits & NOREPLACE != 0,
-            exchange: bits & EXCHANGE != 0,
-        })
+        Ok(RenameFlags { noreplace: bits & NOREPLACE != 0, exchange: bits & EXCHANGE != 0 })
     }
 }
 
@@ -238,15 +223,7 @@ pub trait FileSystem: Send + Sync + 'static {
     /// Creates a regular file; EEXIST if the name exists. Counts a lookup.
     fn create(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr>;
     fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr>;
-    fn mknod(
-        &self,
-        parent: Ino,
-        name: &[u8],
-        kind: FileType,
-        perm: u32,
-        rdev: u64,
-        owner: Owner,
-    ) -> Result<Attr>;
+    fn mknod(&self, parent: Ino, name: &[u8], kind: FileType, perm: u32, rdev: u64, owner: Owner) -> Result<Attr>;
     fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr>;
     /// A new name for `ino` (not a directory: EPERM). Counts a lookup.
     fn link(&self, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr>;
@@ -259,14 +236,7 @@ pub trait FileSystem: Send + Sync + 'static {
     /// directory and a non-directory never replace each other (EISDIR,
     /// ENOTDIR). Renaming a name onto another name of the same inode does
     /// nothing and succeeds.
-    fn rename(
-        &self,
-        parent: Ino,
-        name: &[u8],
-        new_parent: Ino,
-        new_name: &[u8],
-        flags: RenameFlags,
-    ) -> Result<()>;
+    fn rename(&self, parent: Ino, name: &[u8], new_parent: Ino, new_name: &[u8], flags: RenameFlags) -> Result<()>;
 
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>>;
     /// Entries after cookie `offset` (0 starts at the beginning), without

@@ -79,14 +79,7 @@ pub fn park(addr: usize, validate: impl FnOnce() -> bool) {
         // SAFETY: `addr` is only a key; the callbacks do not panic and do not
         // call back into the parking lot.
         unsafe {
-            parking_lot_core::park(
-                addr,
-                validate,
-                || {},
-                |_, _| {},
-                parking_lot_core::DEFAULT_PARK_TOKEN,
-                None,
-            );
+            parking_lot_core::park(addr, validate, || {}, |_, _| {}, parking_lot_core::DEFAULT_PARK_TOKEN, None);
         }
     }
 }

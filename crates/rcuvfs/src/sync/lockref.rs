@@ -8,7 +8,8 @@
 //! |--------|--------|----------------------------------------------------|
 //! | 0      | LOCKED | the lock is held                                   |
 //! | 1      | PARKED | a waiter may be parked: unlock must wake it          |
-//! | 2..32  | -      | zero                                               |
+//! | 2      | LOCK_ONLY | fixed at creation: every change takes the lock (the `dlock` mode, seed 003's per-dentry lock) |
+//! | 3..32  | -      | zero                                               |
 //! | 32..64 | count  | the reference count, an `i32`; [`DEAD`] when dead  |
 //!
 //! Legal states: `count >= 0` with any lock bits; `count == DEAD` (negative)
@@ -40,7 +41,10 @@ use super::atomic::{park, spin_hint, unpark_all, AtomicU64, Ordering, SPIN_LIMIT
 
 const LOCKED: u64 = 1;
 const PARKED: u64 = 2;
+const LOCK_ONLY: u64 = 4;
 const LOCK_MASK: u64 = LOCKED | PARKED;
+/// The bits a count update keeps.
+const LOW_MASK: u64 = u32::MAX as u64;
 const COUNT_SHIFT: u32 = 32;
 
 /// The count of a dead object (as in Linux, a large negative number, so that
@@ -62,7 +66,7 @@ fn count_of(word: u64) -> i32 {
 
 #[inline(always)]
 fn with_count(word: u64, count: i32) -> u64 {
-    (word & LOCK_MASK) | u64::from(count as u32) << COUNT_SHIFT
+    (word & LOW_MASK) | u64::from(count as u32) << COUNT_SHIFT
 }
 
 /// A lock and a reference count sharing one word.
@@ -73,9 +77,13 @@ pub struct Lockref {
 
 impl Lockref {
     pub fn new(count: i32) -> Self {
-        Self {
-            word: AtomicU64::new(with_count(0, count)),
-        }
+        Self { word: AtomicU64::new(with_count(0, count)) }
+    }
+
+    /// A lockref whose every change takes the lock: no compare-and-swap
+    /// fast path (the `dlock` mode: Linux 2.6's `d_lock` around `d_count`).
+    pub fn new_lock_only(count: i32) -> Self {
+        Self { word: AtomicU64::new(with_count(LOCK_ONLY, count)) }
     }
 
     /// Runs the lockless fast path: applies `step` to the count while the
@@ -83,24 +91,18 @@ impl Lockref {
     /// state the fast path may not change). Returns `Ok(new count)`, or
     /// `Err(())` if the lock was held, `step` gave up, or the CAS kept losing.
     #[inline(always)]
-    fn cmpxchg_loop(
-        &self,
-        success: Ordering,
-        step: impl Fn(i32) -> Option<i32>,
-    ) -> Result<i32, ()> {
+    fn cmpxchg_loop(&self, success: Ordering, step: impl Fn(i32) -> Option<i32>) -> Result<i32, ()> {
         let mut old = self.word.load(Ordering::Relaxed);
         for _ in 0..CAS_RETRIES {
-            if old & LOCKED != 0 {
+            if old & (LOCKED | LOCK_ONLY) != 0 {
                 return Err(());
             }
             let new_count = step(count_of(old)).ok_or(())?;
-            match self.word.compare_exchange_weak(
-                old,
-                with_count(old, new_count),
-                success,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Ok(new_count),
+            match self.word.compare_exchange_weak(old, with_count(old, new_count), success, Ordering::Relaxed) {
+                Ok(_) => {
+                    super::audit::shared_writes(1);
+                    return Ok(new_count);
+                }
                 Err(cur) => {
                     old = cur;
                     spin_hint();
@@ -113,10 +115,7 @@ impl Lockref {
     /// Takes a reference unconditionally (`lockref_get`).
     #[inline]
     pub fn get(&self) {
-        if self
-            .cmpxchg_loop(Ordering::Relaxed, |c| Some(c + 1))
-            .is_err()
-        {
+        if self.cmpxchg_loop(Ordering::Relaxed, |c| Some(c + 1)).is_err() {
             let mut g = self.lock();
             let c = g.count();
             g.set_count(c + 1);
@@ -166,8 +165,7 @@ impl Lockref {
     /// path itself.
     #[inline]
     pub fn put_return(&self) -> Option<i32> {
-        self.cmpxchg_loop(Ordering::Release, |c| (c > 0).then_some(c - 1))
-            .ok()
+        self.cmpxchg_loop(Ordering::Release, |c| (c > 0).then_some(c - 1)).ok()
     }
 
     /// Drops a reference if it is not the last one, else locks
@@ -176,10 +174,7 @@ impl Lockref {
     /// less, unchanged: the caller decides the object's fate under the lock.
     #[inline]
     pub fn put_or_lock(&self) -> Option<LockrefGuard<'_>> {
-        if self
-            .cmpxchg_loop(Ordering::Release, |c| (c > 1).then_some(c - 1))
-            .is_ok()
-        {
+        if self.cmpxchg_loop(Ordering::Release, |c| (c > 1).then_some(c - 1)).is_ok() {
             return None;
         }
         let mut g = self.lock();
@@ -202,13 +197,11 @@ impl Lockref {
     pub fn lock(&self) -> LockrefGuard<'_> {
         let old = self.word.load(Ordering::Relaxed);
         if old & LOCKED != 0
-            || self
-                .word
-                .compare_exchange_weak(old, old | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
+            || self.word.compare_exchange_weak(old, old | LOCKED, Ordering::Acquire, Ordering::Relaxed).is_err()
         {
             self.lock_slow();
         }
+        super::audit::shared_writes(1);
         LockrefGuard { lockref: self }
     }
 
@@ -218,11 +211,7 @@ impl Lockref {
         loop {
             let w = self.word.load(Ordering::Relaxed);
             if w & LOCKED == 0 {
-                if self
-                    .word
-                    .compare_exchange_weak(w, w | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
+                if self.word.compare_exchange_weak(w, w | LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                     return;
                 }
                 continue;
@@ -233,10 +222,7 @@ impl Lockref {
                 continue;
             }
             if w & PARKED == 0
-                && self
-                    .word
-                    .compare_exchange_weak(w, w | PARKED, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_err()
+                && self.word.compare_exchange_weak(w, w | PARKED, Ordering::Relaxed, Ordering::Relaxed).is_err()
             {
                 continue;
             }
@@ -271,6 +257,7 @@ impl LockrefGuard<'_> {
     /// `PARKED` concurrently; the count bits are ours alone.
     #[inline]
     pub fn set_count(&mut self, count: i32) {
+        super::audit::shared_writes(1);
         let mut old = self.lockref.word.load(Ordering::Relaxed);
         loop {
             match self.lockref.word.compare_exchange_weak(
@@ -299,6 +286,7 @@ impl LockrefGuard<'_> {
 impl Drop for LockrefGuard<'_> {
     fn drop(&mut self) {
         let w = &self.lockref.word;
+        super::audit::shared_writes(1);
         // Release: pairs with the Acquire CAS of the next locker. Clearing
         // both bits: the parked waiters are all woken below and re-set
         // PARKED if they must sleep again.

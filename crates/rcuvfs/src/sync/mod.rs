@@ -9,10 +9,12 @@
 //!   (Linux `lib/lockref.c`, seed 000).
 //! - [`seqcount`]: sequence counts and sequence locks whose readers fall back
 //!   to the lock instead of spinning on a preempted writer.
+//! - [`audit`]: counts of shared writes per operation (feature `audit`).
 //! - [`rcu`]: the RCU facade (read_lock, call_rcu, synchronize) over the
 //!   `seize` reclamation crate, with a loom-visible stand-in.
 
 pub mod atomic;
+pub mod audit;
 pub mod lockref;
 pub mod mutex;
 pub mod rcu;

@@ -34,35 +34,24 @@ pub struct RawMutex {
 impl RawMutex {
     #[cfg(not(loom))]
     pub const fn new() -> Self {
-        Self {
-            state: AtomicU8::new(0),
-        }
+        Self { state: AtomicU8::new(0) }
     }
 
     #[cfg(loom)]
     pub fn new() -> Self {
-        Self {
-            state: AtomicU8::new(0),
-        }
+        Self { state: AtomicU8::new(0) }
     }
 
     #[inline]
     pub fn try_lock(&self) -> bool {
         let s = self.state.load(Ordering::Relaxed);
-        s & LOCKED == 0
-            && self
-                .state
-                .compare_exchange(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
+        s & LOCKED == 0 && self.state.compare_exchange(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
 
     #[inline]
     pub fn lock(&self) {
-        if self
-            .state
-            .compare_exchange_weak(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        super::audit::shared_writes(1);
+        if self.state.compare_exchange_weak(0, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.lock_slow();
         }
     }
@@ -73,11 +62,7 @@ impl RawMutex {
         loop {
             let s = self.state.load(Ordering::Relaxed);
             if s & LOCKED == 0 {
-                if self
-                    .state
-                    .compare_exchange_weak(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
+                if self.state.compare_exchange_weak(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                     return;
                 }
                 continue;
@@ -88,16 +73,11 @@ impl RawMutex {
                 continue;
             }
             if s & PARKED == 0
-                && self
-                    .state
-                    .compare_exchange_weak(s, s | PARKED, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_err()
+                && self.state.compare_exchange_weak(s, s | PARKED, Ordering::Relaxed, Ordering::Relaxed).is_err()
             {
                 continue;
             }
-            park(self.addr(), || {
-                self.state.load(Ordering::Relaxed) == LOCKED | PARKED
-            });
+            park(self.addr(), || self.state.load(Ordering::Relaxed) == LOCKED | PARKED);
             spins = 0;
         }
     }
@@ -106,6 +86,7 @@ impl RawMutex {
     /// The calling thread must hold the lock.
     #[inline]
     pub unsafe fn unlock(&self) {
+        super::audit::shared_writes(1);
         // Release: pairs with the Acquire of the next lock (see module doc).
         if self.state.swap(0, Ordering::Release) & PARKED != 0 {
             unpark_all(self.addr());
@@ -137,10 +118,7 @@ unsafe impl<T: Send> Sync for Mutex<T> {}
 
 impl<T> Mutex<T> {
     pub fn new(value: T) -> Self {
-        Self {
-            raw: RawMutex::new(),
-            data: UnsafeCell::new(value),
-        }
+        Self { raw: RawMutex::new(), data: UnsafeCell::new(value) }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, T> {

@@ -130,9 +130,7 @@ impl Rcu {
             while !done.load(Ordering::Acquire) {
                 // Padding: one no-op entry per possible active thread, so the
                 // batch is full enough to be pushed to every reservation.
-                let pad = std::thread::available_parallelism()
-                    .map_or(8, |n| n.get())
-                    .max(64);
+                let pad = std::thread::available_parallelism().map_or(8, |n| n.get()).max(64);
                 for _ in 0..pad {
                     self.call_rcu(|| {});
                 }

@@ -53,9 +53,7 @@ pub struct SeqCount {
 
 impl SeqCount {
     pub fn new() -> Self {
-        Self {
-            seq: AtomicU32::new(0),
-        }
+        Self { seq: AtomicU32::new(0) }
     }
 
     /// Starts a read section. Returns the even count to pass to
@@ -101,6 +99,7 @@ impl SeqCount {
     /// Starts a write section. The caller must serialize writers.
     #[inline]
     pub fn write_begin(&self) {
+        super::audit::shared_writes(1);
         let s = self.seq.load(Ordering::Relaxed);
         debug_assert!(s & 1 == 0, "nested or concurrent seqcount writers");
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
@@ -111,6 +110,7 @@ impl SeqCount {
     /// Ends a write section.
     #[inline]
     pub fn write_end(&self) {
+        super::audit::shared_writes(1);
         let s = self.seq.load(Ordering::Relaxed);
         debug_assert!(s & 1 == 1);
         // Release: publishes the data stores to readers' Acquire read_begin.
@@ -130,6 +130,7 @@ impl SeqCount {
     ///   new count at its `read_retry`, pairing with that Acquire fence.
     #[inline]
     pub fn invalidate(&self) {
+        super::audit::shared_writes(1);
         self.seq.fetch_add(2, Ordering::Release);
         fence(Ordering::Release);
     }
@@ -170,10 +171,7 @@ impl Drop for SeqLockReadGuard<'_> {
 
 impl SeqLock {
     pub fn new() -> Self {
-        Self {
-            seq: SeqCount::new(),
-            lock: RawMutex::new(),
-        }
+        Self { seq: SeqCount::new(), lock: RawMutex::new() }
     }
 
     pub fn seqcount(&self) -> &SeqCount {
@@ -247,12 +245,7 @@ mod tests {
         };
         let mut torn = 0;
         while !stop.load(Ordering::Relaxed) {
-            let (a, b) = lock.0.read(|| {
-                (
-                    lock.1.load(Ordering::Relaxed),
-                    lock.2.load(Ordering::Relaxed),
-                )
-            });
+            let (a, b) = lock.0.read(|| (lock.1.load(Ordering::Relaxed), lock.2.load(Ordering::Relaxed)));
             torn += u32::from(a != b);
         }
         writer.join().unwrap();

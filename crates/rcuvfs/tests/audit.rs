@@ -1,0 +1,67 @@
+//! The shared-write audit: how many stores to memory that other threads can
+//! see one lookup or stat of a cached path makes, per mode. Run with
+//! `cargo test -p rcuvfs --features audit --test audit`.
+#![cfg(feature = "audit")]
+
+use rcuvfs::sync::audit;
+use rcuvfs::{Cred, Layout, RefMode, Vfs};
+
+const PATH: &str = "/d0/d1/d2/file";
+/// Dentries a REF-walk of PATH holds in turn: the root and four components.
+const DENTRIES: u64 = 5;
+
+fn cached(mode: RefMode) -> Vfs {
+    let v = Vfs::builder().mode(mode).build().unwrap();
+    v.create_dir_all("/d0/d1/d2").unwrap();
+    v.write(PATH, b"x").unwrap();
+    // Warm: the path is cached and the file's attributes current.
+    for _ in 0..3 {
+        v.metadata(PATH).unwrap();
+    }
+    v
+}
+
+fn writes_per_stat(v: &Vfs) -> u64 {
+    let before = audit::count();
+    for _ in 0..10 {
+        v.metadata(PATH).unwrap();
+    }
+    (audit::count() - before) / 10
+}
+
+#[test]
+fn norefs_stat_writes_nothing_shared() {
+    assert_eq!(writes_per_stat(&cached(RefMode::NoRefs)), 0);
+    // Also for an unprivileged caller (permission checks read attributes),
+    // in the packed layout, and for a cached miss.
+    let v = cached(RefMode::NoRefs);
+    let user = v.with_cred(Cred::new(1000, 1000, &[]));
+    assert_eq!(writes_per_stat(&user), 0);
+    let p = Vfs::builder().layout(Layout::Packed).build().unwrap();
+    p.create_dir_all("/d0/d1/d2").unwrap();
+    p.write(PATH, b"x").unwrap();
+    p.metadata(PATH).unwrap();
+    assert_eq!(writes_per_stat(&p), 0);
+    let _ = v.metadata("/d0/missing");
+    let before = audit::count();
+    assert!(v.metadata("/d0/missing").is_err());
+    assert_eq!(audit::count() - before, 0, "a cached miss writes nothing either");
+}
+
+#[test]
+fn rcuwalk_stat_writes_a_get_and_a_put() {
+    assert_eq!(writes_per_stat(&cached(RefMode::RcuWalk)), 2);
+}
+
+#[test]
+fn lockref_stat_writes_a_get_and_a_put_per_component() {
+    assert_eq!(writes_per_stat(&cached(RefMode::Lockref)), 2 * DENTRIES);
+}
+
+#[test]
+fn locked_modes_write_more() {
+    // dlock: lock, count, unlock for every get and put.
+    assert!(writes_per_stat(&cached(RefMode::Dlock)) > 2 * DENTRIES);
+    // global: the same, plus the global lock.
+    assert!(writes_per_stat(&cached(RefMode::Global)) > writes_per_stat(&cached(RefMode::Dlock)));
+}
