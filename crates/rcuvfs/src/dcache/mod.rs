@@ -708,7 +708,7 @@ impl Dcache {
     #[inline]
     pub fn dput(&self, d: &Dentry) {
         match d.lockref().put_return() {
-            Some(n) if n > 0 => return,
+            Some(n) if n > 0 => {}
             Some(_) => {
                 // Acquire: if the decrement read the word an unlock by
                 // `d_drop` released, its `HASHED` clear is visible below.
