@@ -25,7 +25,8 @@ pub enum RefMode {
 }
 
 impl RefMode {
-    pub const ALL: [RefMode; 4] = [RefMode::Global, RefMode::Lockref, RefMode::RcuWalk, RefMode::NoRefs];
+    pub const ALL: [RefMode; 5] =
+        [RefMode::Global, RefMode::Dlock, RefMode::Lockref, RefMode::RcuWalk, RefMode::NoRefs];
 
     /// The name used on the command line and in results.
     pub fn name(self) -> &'static str {

@@ -1,0 +1,292 @@
+//! The lab's harness (`rcuvfs bench`): every thread is released from one
+//! barrier after a warm-up and runs for a fixed duration; per-thread
+//! counters sit on their own cache lines; each cell is repeated and the
+//! median reported. Results go to a table on stdout, JSON (`--json`) and
+//! SVG plots (`--plot`).
+
+mod plot;
+mod workloads;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+
+use workloads::{is_known_mode, vfs_config, Ctx, Target, WORKLOADS};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Workloads to run (default: all): stat-same, stat-private, short,
+    /// rename-storm, tree-walk.
+    workloads: Vec<String>,
+    /// Thread counts, comma-separated, or `auto` (1 to the core count, plus
+    /// twice the cores).
+    #[arg(long, default_value = "1,2")]
+    threads: String,
+    /// Modes and peers, comma-separated, or `all` (each workload's own
+    /// list): global, dlock, lockref, rcuwalk, norefs (the reference axis),
+    /// packed, split (the layout axis), host, papaya, dashmap (peers); `+`
+    /// combines axes (`rcuwalk+packed`). A name sets its own axis and leaves
+    /// the others at their defaults.
+    #[arg(long, default_value = "all")]
+    modes: String,
+    /// Seconds per measured run of a cell.
+    #[arg(long, default_value_t = 0.4)]
+    duration: f64,
+    /// Runs per cell; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Write results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write an SVG plot of ops/s against threads per workload here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Directory on the host's tmpfs for the `host` peer.
+    #[arg(long, default_value = "/dev/shm")]
+    host_dir: PathBuf,
+    /// Filesystem under the Vfs: memfs (passthrough comes with its issue).
+    #[arg(long, default_value = "memfs")]
+    backend: String,
+    /// Files in the tree-walk tree.
+    #[arg(long, default_value_t = 100_000)]
+    tree_files: usize,
+}
+
+#[derive(Serialize)]
+struct Machine {
+    cpus: usize,
+    kernel: String,
+    date: String,
+}
+
+#[derive(Serialize)]
+struct Config {
+    refs: &'static str,
+    layout: &'static str,
+}
+
+#[derive(Serialize)]
+pub struct Row {
+    pub workload: String,
+    pub mode: String,
+    pub threads: usize,
+    ops: u64,
+    seconds: f64,
+    pub ops_per_sec: f64,
+    ns_per_op: f64,
+    /// User + system CPU seconds of the whole process during the median run.
+    cpu_seconds: f64,
+    repeats: usize,
+    backend: String,
+    /// Every axis of a Vfs mode; absent for peers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config: Option<Config>,
+    /// Lookups of names that existed that reported them missing (must be 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    false_negatives: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    machine: Machine,
+    results: Vec<Row>,
+}
+
+/// One counter per cache-line pair (against adjacent-line prefetch).
+#[repr(align(128))]
+#[derive(Default)]
+struct Counter(AtomicU64);
+
+fn cpu_time() -> f64 {
+    // SAFETY: an all-zero rusage is valid to be overwritten.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is writable.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+/// Runs `threads` threads on `target` for `duration`: (ops, seconds, cpu).
+fn measure(target: &Arc<dyn Target>, threads: usize, duration: Duration) -> (u64, f64, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters: Arc<Vec<Counter>> = Arc::new((0..threads).map(|_| Counter::default()).collect());
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (target, stop, counters, barrier) = (target.clone(), stop.clone(), counters.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                target.run(t, &stop, &counters[t].0);
+            })
+        })
+        .collect();
+    barrier.wait();
+    std::thread::sleep(duration / 10); // warm-up, not counted
+    let start: Vec<u64> = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+    let (t0, c0) = (Instant::now(), cpu_time());
+    std::thread::sleep(duration);
+    let end: Vec<u64> = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+    let (secs, cpu) = (t0.elapsed().as_secs_f64(), cpu_time() - c0);
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    (end.iter().zip(&start).map(|(e, s)| e - s).sum(), secs, cpu)
+}
+
+fn parse_threads(s: &str) -> std::io::Result<Vec<usize>> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if s == "auto" {
+        let mut v: Vec<usize> = (1..=cpus).collect();
+        v.push(2 * cpus);
+        return Ok(v);
+    }
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| std::io::Error::other(format!("bad thread count {x:?}")))
+        })
+        .collect()
+}
+
+fn uname() -> String {
+    // SAFETY: an all-zero utsname is valid; uname fills it.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is writable.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return String::new();
+    }
+    // SAFETY: uname NUL-terminates its fields.
+    unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_string_lossy().into_owned()
+}
+
+pub fn run(args: BenchArgs) -> std::io::Result<()> {
+    if args.backend != "memfs" {
+        return Err(std::io::Error::other(format!("backend {:?} is not available yet (memfs only)", args.backend)));
+    }
+    let selected: Vec<&workloads::Workload> = if args.workloads.is_empty() {
+        WORKLOADS.iter().collect()
+    } else {
+        args.workloads
+            .iter()
+            .map(|name| {
+                WORKLOADS.iter().find(|w| w.name == name).ok_or_else(|| {
+                    let known: Vec<_> = WORKLOADS.iter().map(|w| w.name).collect();
+                    std::io::Error::other(format!("unknown workload {name:?} (known: {})", known.join(", ")))
+                })
+            })
+            .collect::<std::io::Result<_>>()?
+    };
+    let explicit: Option<Vec<String>> =
+        (args.modes != "all").then(|| args.modes.split(',').map(|m| m.trim().to_string()).collect());
+    if let Some(ms) = &explicit {
+        if let Some(bad) = ms.iter().find(|m| !is_known_mode(m)) {
+            return Err(std::io::Error::other(format!(
+                "unknown mode {bad:?} (known: global, dlock, lockref, rcuwalk, norefs, packed, split, host, papaya, dashmap, and + combinations)"
+            )));
+        }
+    }
+    let threads = parse_threads(&args.threads)?;
+    let max_threads = *threads.iter().max().unwrap();
+    let duration = Duration::from_secs_f64(args.duration.max(0.01));
+    let ctx = Ctx { host_dir: args.host_dir.clone(), tree_files: args.tree_files };
+
+    let plan: Vec<(&workloads::Workload, Vec<String>)> = selected
+        .iter()
+        .map(|w| (*w, explicit.clone().unwrap_or_else(|| w.modes.iter().map(|m| m.to_string()).collect())))
+        .collect();
+    let cells: u64 = plan.iter().map(|(_, m)| (m.len() * threads.len()) as u64).sum();
+    let progress = indicatif::ProgressBar::with_draw_target(Some(cells), indicatif::ProgressDrawTarget::stderr());
+
+    let mut rows: Vec<Row> = Vec::new();
+    for (w, modes) in &plan {
+        println!("\n{} (seed {}): {}", w.name, w.seed, w.op);
+        println!(
+            "{:<16} {:>7} {:>13} {:>12} {:>10} {:>9} {:>10} {:>6}",
+            "mode", "threads", "ops/s", "ops/s/thr", "ns/op", "speedup", "vs global", "wrong"
+        );
+        for m in modes {
+            let target = match (w.build)(&ctx, m, max_threads) {
+                Ok(t) => t,
+                Err(e) => {
+                    println!("{m:<16} skipped: {e}");
+                    progress.inc(threads.len() as u64);
+                    continue;
+                }
+            };
+            let mut one = None;
+            for &t in &threads {
+                progress.set_message(format!("{} {} x{}", w.name, m, t));
+                let mut samples: Vec<(u64, f64, f64)> =
+                    (0..args.repeats.max(1)).map(|_| measure(&target, t, duration)).collect();
+                samples.sort_by(|a, b| (a.0 as f64 / a.1).total_cmp(&(b.0 as f64 / b.1)));
+                let (ops, secs, cpu) = samples[samples.len() / 2];
+                let ops_per_sec = ops as f64 / secs;
+                let base = *one.get_or_insert(ops_per_sec);
+                let vs_global = rows
+                    .iter()
+                    .find(|r| r.workload == w.name && r.mode == "global" && r.threads == t)
+                    .map(|r| format!("{:.2}x", ops_per_sec / r.ops_per_sec));
+                let fneg = target.false_negatives();
+                println!(
+                    "{:<16} {:>7} {:>13.0} {:>12.0} {:>10.1} {:>8.2}x {:>10} {:>6}",
+                    m,
+                    t,
+                    ops_per_sec,
+                    ops_per_sec / t as f64,
+                    1e9 * t as f64 / ops_per_sec,
+                    ops_per_sec / base,
+                    vs_global.unwrap_or_else(|| "-".into()),
+                    fneg.map_or("-".to_string(), |n| n.to_string()),
+                );
+                rows.push(Row {
+                    workload: w.name.to_string(),
+                    mode: m.clone(),
+                    threads: t,
+                    ops,
+                    seconds: secs,
+                    ops_per_sec,
+                    ns_per_op: 1e9 * t as f64 / ops_per_sec,
+                    cpu_seconds: cpu,
+                    repeats: samples.len(),
+                    backend: args.backend.clone(),
+                    config: vfs_config(m)
+                        .filter(|_| !matches!(m.as_str(), "host" | "papaya" | "dashmap"))
+                        .map(|(r, l)| Config { refs: r.name(), layout: l.name() }),
+                    false_negatives: fneg,
+                });
+                progress.inc(1);
+            }
+        }
+    }
+    progress.finish_and_clear();
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir)?;
+        for (w, _) in &plan {
+            plot::write(&dir.join(format!("{}.svg", w.name)), w.name, &rows)?;
+        }
+    }
+    if let Some(path) = &args.json {
+        let report = Report {
+            machine: Machine {
+                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                kernel: uname(),
+                date: std::process::Command::new("date")
+                    .arg("-Iseconds")
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                    .unwrap_or_default(),
+            },
+            results: rows,
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&report).map_err(std::io::Error::other)?)?;
+    }
+    Ok(())
+}

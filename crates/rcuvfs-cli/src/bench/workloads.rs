@@ -1,0 +1,569 @@
+//! The lab's workloads: each reproduces one seed experiment, and runs in the
+//! modes of the axis it exercises plus the peers.
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use rcuvfs::{Layout, OpenOptions, RefMode, Vfs};
+
+/// What a workload needs from the run.
+pub struct Ctx {
+    pub host_dir: PathBuf,
+    /// Files in the tree-walk tree.
+    pub tree_files: usize,
+}
+
+/// One workload prepared in one mode: many threads run its operation.
+pub trait Target: Send + Sync {
+    /// Runs operations until `stop`, publishing the count in `count`.
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64);
+    /// Wrong answers seen so far (rename-storm's false negatives).
+    fn false_negatives(&self) -> Option<u64> {
+        None
+    }
+}
+
+pub struct Workload {
+    pub name: &'static str,
+    pub seed: &'static str,
+    /// What one operation is.
+    pub op: &'static str,
+    /// The modes it runs in by default: its axis, then the peers.
+    pub modes: &'static [&'static str],
+    pub build: fn(&Ctx, &str, usize) -> std::io::Result<Arc<dyn Target>>,
+}
+
+const REF_MODES: [&str; 5] = ["global", "dlock", "lockref", "rcuwalk", "norefs"];
+
+pub static WORKLOADS: &[Workload] = &[
+    Workload {
+        name: "stat-same",
+        seed: "002",
+        op: "stat of one shared file at depth 4 (will-it-scale stat2)",
+        modes: &[
+            REF_MODES[0],
+            REF_MODES[1],
+            REF_MODES[2],
+            REF_MODES[3],
+            "rcuwalk+packed",
+            REF_MODES[4],
+            "host",
+            "papaya",
+            "dashmap",
+        ],
+        build: |c, m, t| stat(c, m, t, false),
+    },
+    Workload {
+        name: "stat-private",
+        seed: "002",
+        op: "stat of a per-thread file at depth 4",
+        modes: &[REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host", "papaya", "dashmap"],
+        build: |c, m, t| stat(c, m, t, true),
+    },
+    Workload {
+        name: "short",
+        seed: "000",
+        op: "AIM7-like job in a shared directory: create, stat, open, write, close, unlink",
+        modes: &[REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
+        build: short,
+    },
+    Workload {
+        name: "rename-storm",
+        seed: "003",
+        op: "stat of a name that never moves while a thread renames its siblings",
+        modes: &[REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
+        build: rename_storm,
+    },
+    Workload {
+        name: "tree-walk",
+        seed: "003",
+        op: "readdir of a directory of a 100k-file tree, and stat of each entry (ops = entries)",
+        modes: &[REF_MODES[0], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
+        build: tree_walk,
+    },
+];
+
+/// The Vfs configuration a mode name stands for: each `+`-separated part
+/// sets its axis; the others keep their defaults.
+pub fn vfs_config(name: &str) -> Option<(RefMode, Layout)> {
+    let (mut mode, mut layout) = (RefMode::default(), Layout::default());
+    for part in name.split('+') {
+        if let Some(m) = RefMode::from_name(part) {
+            mode = m;
+        } else if let Some(l) = Layout::from_name(part) {
+            layout = l;
+        } else {
+            return None;
+        }
+    }
+    Some((mode, layout))
+}
+
+pub fn is_known_mode(name: &str) -> bool {
+    matches!(name, "host" | "papaya" | "dashmap") || vfs_config(name).is_some()
+}
+
+fn new_vfs(mode: &str) -> std::io::Result<Vfs> {
+    let (m, l) = vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
+    Vfs::builder().mode(m).layout(l).build()
+}
+
+fn unsupported(mode: &str, workload: &str) -> std::io::Error {
+    std::io::Error::other(format!("mode {mode} does not apply to {workload}"))
+}
+
+/// A scratch directory on the host's tmpfs, removed on drop.
+struct HostDir(PathBuf);
+
+impl HostDir {
+    fn new(ctx: &Ctx, tag: &str) -> std::io::Result<HostDir> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let p = ctx.host_dir.join(format!("rcuvfs-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir_all(&p)?;
+        Ok(HostDir(p))
+    }
+}
+
+impl Drop for HostDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("no NUL in bench paths")
+}
+
+/// Counts in batches of 64, publishing after each batch.
+#[inline]
+fn batches(stop: &AtomicBool, count: &AtomicU64, mut op: impl FnMut()) {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..64 {
+            op();
+        }
+        n += 64;
+        count.store(n, Ordering::Relaxed);
+    }
+}
+
+// ------------------------------------------------------------------ stat
+
+const DEPTH_DIR: &str = "/d0/d1/d2";
+
+fn stat_paths(private: bool, threads: usize) -> Vec<String> {
+    if private {
+        (0..threads).map(|t| format!("{DEPTH_DIR}/file{t}")).collect()
+    } else {
+        vec![format!("{DEPTH_DIR}/file")]
+    }
+}
+
+struct VfsStat {
+    vfs: Vfs,
+    paths: Vec<String>,
+}
+
+impl Target for VfsStat {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let p = &self.paths[thread % self.paths.len()];
+        batches(stop, count, || {
+            std::hint::black_box(self.vfs.metadata(p).expect("stat"));
+        });
+    }
+}
+
+struct HostStat {
+    _dir: HostDir,
+    paths: Vec<CString>,
+}
+
+impl Target for HostStat {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let p = &self.paths[thread % self.paths.len()];
+        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        batches(stop, count, || {
+            // SAFETY: `p` is NUL-terminated and `st` is writable.
+            assert_eq!(unsafe { libc::stat(p.as_ptr(), &mut st) }, 0, "host stat");
+            std::hint::black_box(&st);
+        });
+    }
+}
+
+/// The value a flat map stores per path: what a stat returns.
+#[derive(Clone, Copy)]
+struct FlatAttr {
+    _ino: u64,
+    _mode: u32,
+    _size: u64,
+    _mtime: i64,
+}
+
+struct PapayaStat {
+    map: papaya::HashMap<String, FlatAttr>,
+    paths: Vec<String>,
+}
+
+impl Target for PapayaStat {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let p = &self.paths[thread % self.paths.len()];
+        batches(stop, count, || {
+            std::hint::black_box(*self.map.pin().get(p.as_str()).expect("present"));
+        });
+    }
+}
+
+struct DashStat {
+    map: dashmap::DashMap<String, FlatAttr>,
+    paths: Vec<String>,
+}
+
+impl Target for DashStat {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let p = &self.paths[thread % self.paths.len()];
+        batches(stop, count, || {
+            std::hint::black_box(*self.map.get(p.as_str()).expect("present"));
+        });
+    }
+}
+
+fn stat(ctx: &Ctx, mode: &str, threads: usize, private: bool) -> std::io::Result<Arc<dyn Target>> {
+    let paths = stat_paths(private, threads);
+    let attr = FlatAttr { _ino: 7, _mode: 0o100644, _size: 1, _mtime: 0 };
+    Ok(match mode {
+        "host" => {
+            let dir = HostDir::new(ctx, "stat")?;
+            let mut c = Vec::new();
+            for p in &paths {
+                let full = dir.0.join(p.trim_start_matches('/'));
+                std::fs::create_dir_all(full.parent().unwrap())?;
+                std::fs::write(&full, b"x")?;
+                c.push(cstr(&full));
+            }
+            Arc::new(HostStat { _dir: dir, paths: c })
+        }
+        "papaya" => {
+            let map = papaya::HashMap::new();
+            for p in &paths {
+                map.pin().insert(p.clone(), attr);
+            }
+            Arc::new(PapayaStat { map, paths })
+        }
+        "dashmap" => {
+            let map = dashmap::DashMap::new();
+            for p in &paths {
+                map.insert(p.clone(), attr);
+            }
+            Arc::new(DashStat { map, paths })
+        }
+        m => {
+            let vfs = new_vfs(m)?;
+            vfs.create_dir_all(DEPTH_DIR)?;
+            for p in &paths {
+                vfs.write(p, b"x")?;
+            }
+            Arc::new(VfsStat { vfs, paths })
+        }
+    })
+}
+
+// ------------------------------------------------------------------ short
+
+/// Directories the short jobs share (AIM7 runs many users in few dirs).
+const SHORT_DIRS: usize = 2;
+
+struct VfsShort {
+    vfs: Vfs,
+}
+
+impl Target for VfsShort {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let mut n = 0u64;
+        let mut buf = [0u8; 64];
+        while !stop.load(Ordering::Relaxed) {
+            let p = format!("/short/d{}/f{thread}-{}", thread % SHORT_DIRS, n % 8);
+            let mut f = self.vfs.open(&p, OpenOptions::new().write(true).create(true).truncate(true)).expect("create");
+            f.write_all(b"short job output, 64 bytes of it, written in one go, AIM7 st").expect("write");
+            drop(f);
+            std::hint::black_box(self.vfs.metadata(&p).expect("stat"));
+            let mut r = self.vfs.open(&p, OpenOptions::new().read(true)).expect("open");
+            let _ = r.read(&mut buf).expect("read");
+            drop(r);
+            self.vfs.remove_file(&p).expect("unlink");
+            n += 1;
+            count.store(n, Ordering::Relaxed);
+        }
+    }
+}
+
+struct HostShort {
+    dir: HostDir,
+}
+
+impl Target for HostShort {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let mut n = 0u64;
+        let mut buf = [0u8; 64];
+        while !stop.load(Ordering::Relaxed) {
+            let p = self.dir.0.join(format!("d{}/f{thread}-{}", thread % SHORT_DIRS, n % 8));
+            let mut f = std::fs::File::create(&p).expect("create");
+            f.write_all(b"short job output, 64 bytes of it, written in one go, AIM7 st").expect("write");
+            drop(f);
+            std::hint::black_box(std::fs::metadata(&p).expect("stat"));
+            let mut r = std::fs::File::open(&p).expect("open");
+            let _ = r.read(&mut buf).expect("read");
+            drop(r);
+            std::fs::remove_file(&p).expect("unlink");
+            n += 1;
+            count.store(n, Ordering::Relaxed);
+        }
+    }
+}
+
+fn short(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
+    match mode {
+        "papaya" | "dashmap" => Err(unsupported(mode, "short")),
+        "host" => {
+            let dir = HostDir::new(ctx, "short")?;
+            for d in 0..SHORT_DIRS {
+                std::fs::create_dir(dir.0.join(format!("d{d}")))?;
+            }
+            Ok(Arc::new(HostShort { dir }))
+        }
+        m => {
+            let vfs = new_vfs(m)?;
+            for d in 0..SHORT_DIRS {
+                vfs.create_dir_all(format!("/short/d{d}"))?;
+            }
+            Ok(Arc::new(VfsShort { vfs }))
+        }
+    }
+}
+
+// ------------------------------------------------------------ rename-storm
+
+const STABLE: usize = 16;
+const MOVING: usize = 16;
+
+/// Renames `r{i}` to `r{i}.moved` and back, in one thread, until dropped.
+struct Renamer {
+    stop: Arc<AtomicBool>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Renamer {
+    fn start(rename: impl Fn(usize, bool) + Send + 'static) -> Renamer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                for i in 0..MOVING {
+                    rename(i, true);
+                    rename(i, false);
+                }
+            }
+        });
+        Renamer { stop, handle: Mutex::new(Some(handle)) }
+    }
+}
+
+impl Drop for Renamer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.lock().unwrap().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+struct VfsStorm {
+    vfs: Vfs,
+    misses: AtomicU64,
+    _renamer: Renamer,
+}
+
+impl Target for VfsStorm {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let paths: Vec<String> = (0..STABLE).map(|i| format!("/storm/s{}", (i + thread) % STABLE)).collect();
+        let mut i = 0;
+        batches(stop, count, || {
+            if self.vfs.metadata(&paths[i % STABLE]).is_err() {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+            }
+            i += 1;
+        });
+    }
+    fn false_negatives(&self) -> Option<u64> {
+        Some(self.misses.load(Ordering::Relaxed))
+    }
+}
+
+struct HostStorm {
+    _dir: Arc<HostDir>,
+    paths: Vec<CString>,
+    misses: AtomicU64,
+    _renamer: Renamer,
+}
+
+impl Target for HostStorm {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let mut i = thread;
+        batches(stop, count, || {
+            // SAFETY: NUL-terminated path, writable buffer.
+            if unsafe { libc::stat(self.paths[i % STABLE].as_ptr(), &mut st) } != 0 {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+            }
+            i += 1;
+        });
+    }
+    fn false_negatives(&self) -> Option<u64> {
+        Some(self.misses.load(Ordering::Relaxed))
+    }
+}
+
+fn rename_storm(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
+    match mode {
+        "papaya" | "dashmap" => Err(unsupported(mode, "rename-storm")),
+        "host" => {
+            let dir = Arc::new(HostDir::new(ctx, "storm")?);
+            for i in 0..STABLE {
+                std::fs::write(dir.0.join(format!("s{i}")), b"s")?;
+            }
+            for i in 0..MOVING {
+                std::fs::write(dir.0.join(format!("r{i}")), b"r")?;
+            }
+            let paths = (0..STABLE).map(|i| cstr(&dir.0.join(format!("s{i}")))).collect();
+            let d = dir.clone();
+            let renamer = Renamer::start(move |i, out| {
+                let (a, b) = (d.0.join(format!("r{i}")), d.0.join(format!("r{i}.moved")));
+                let r = if out { std::fs::rename(&a, &b) } else { std::fs::rename(&b, &a) };
+                r.expect("host rename");
+            });
+            Ok(Arc::new(HostStorm { _dir: dir, paths, misses: AtomicU64::new(0), _renamer: renamer }))
+        }
+        m => {
+            let vfs = new_vfs(m)?;
+            vfs.create_dir("/storm")?;
+            for i in 0..STABLE {
+                vfs.write(format!("/storm/s{i}"), b"s")?;
+            }
+            for i in 0..MOVING {
+                vfs.write(format!("/storm/r{i}"), b"r")?;
+            }
+            let v = vfs.clone();
+            let renamer = Renamer::start(move |i, out| {
+                let (a, b) = (format!("/storm/r{i}"), format!("/storm/r{i}.moved"));
+                let r = if out { v.rename(&a, &b) } else { v.rename(&b, &a) };
+                r.expect("vfs rename");
+            });
+            Ok(Arc::new(VfsStorm { vfs, misses: AtomicU64::new(0), _renamer: renamer }))
+        }
+    }
+}
+
+// --------------------------------------------------------------- tree-walk
+
+/// The tree: `a{0..A}/b{0..B}/c{0..C}`, each leaf directory with F files.
+fn tree_shape(files: usize) -> (usize, usize, usize, usize) {
+    let leaves = files.div_ceil(100).max(1);
+    let a = (leaves as f64).cbrt().ceil() as usize;
+    let b = a;
+    let c = leaves.div_ceil(a * b);
+    (a, b, c, 100)
+}
+
+fn leaf_dirs(files: usize) -> Vec<String> {
+    let (a, b, c, _) = tree_shape(files);
+    let mut v = Vec::new();
+    for i in 0..a {
+        for j in 0..b {
+            for k in 0..c {
+                v.push(format!("/t/a{i}/b{j}/c{k}"));
+            }
+        }
+    }
+    v
+}
+
+struct VfsTree {
+    vfs: Vfs,
+    dirs: Vec<String>,
+}
+
+impl Target for VfsTree {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let (mut n, mut i) = (0u64, thread);
+        let mut path = String::new();
+        while !stop.load(Ordering::Relaxed) {
+            let dir = &self.dirs[i % self.dirs.len()];
+            for e in self.vfs.read_dir(dir).expect("readdir") {
+                let e = e.expect("entry");
+                path.clear();
+                path.push_str(dir);
+                path.push('/');
+                path.push_str(&e.file_name().to_string_lossy());
+                std::hint::black_box(self.vfs.metadata(&path).expect("stat"));
+                n += 1;
+            }
+            count.store(n, Ordering::Relaxed);
+            i += 7; // stride through the tree
+        }
+    }
+}
+
+struct HostTree {
+    dir: HostDir,
+    dirs: Vec<String>,
+}
+
+impl Target for HostTree {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let (mut n, mut i) = (0u64, thread);
+        while !stop.load(Ordering::Relaxed) {
+            let dir = self.dir.0.join(self.dirs[i % self.dirs.len()].trim_start_matches('/'));
+            for e in std::fs::read_dir(&dir).expect("readdir") {
+                std::hint::black_box(std::fs::metadata(e.expect("entry").path()).expect("stat"));
+                n += 1;
+            }
+            count.store(n, Ordering::Relaxed);
+            i += 7;
+        }
+    }
+}
+
+fn tree_walk(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
+    let dirs = leaf_dirs(ctx.tree_files);
+    let per = tree_shape(ctx.tree_files).3;
+    match mode {
+        "papaya" | "dashmap" => Err(unsupported(mode, "tree-walk")),
+        "host" => {
+            let dir = HostDir::new(ctx, "tree")?;
+            for d in &dirs {
+                let p = dir.0.join(d.trim_start_matches('/'));
+                std::fs::create_dir_all(&p)?;
+                for f in 0..per {
+                    std::fs::write(p.join(format!("f{f}")), b"")?;
+                }
+            }
+            Ok(Arc::new(HostTree { dir, dirs }))
+        }
+        m => {
+            let vfs = new_vfs(m)?;
+            for d in &dirs {
+                vfs.create_dir_all(d)?;
+                for f in 0..per {
+                    vfs.write(format!("{d}/f{f}"), b"")?;
+                }
+            }
+            Ok(Arc::new(VfsTree { vfs, dirs }))
+        }
+    }
+}
