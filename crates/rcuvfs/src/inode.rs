@@ -32,6 +32,7 @@ use std::sync::OnceLock;
 
 use crate::dcache::LiveCounters;
 use crate::fs::{Attr, FileSystem, FileType, Ino, Timespec};
+use crate::sync::list_batch::{InodeList, ListMode, Node};
 use crate::sync::{Mutex, Rcu, SeqLock};
 
 struct Times {
@@ -74,6 +75,8 @@ pub(crate) struct Inode {
     pub dir_lock: Mutex<()>,
     refs: AtomicUsize,
     nlookup: AtomicU64,
+    /// Membership of the superblock's inode list.
+    sb: Node,
 }
 
 impl Inode {
@@ -96,6 +99,7 @@ impl Inode {
             dir_lock: Mutex::new(()),
             refs: AtomicUsize::new(0),
             nlookup: AtomicU64::new(0),
+            sb: Node::new(a.ino),
         }
     }
 
@@ -156,6 +160,11 @@ impl Inode {
 /// `iget` and `iput`).
 pub(crate) struct InodeTable {
     map: Mutex<HashMap<Ino, *const Inode>>,
+    /// The superblock's list of in-core inodes (`s_inodes`), in the mode
+    /// chosen at build time (seed 004). Adds and deletes happen outside
+    /// `map`'s lock, as Linux calls `inode_sb_list_add` outside
+    /// `inode_hash_lock`, so the list's own locking is what contends.
+    pub list: InodeList,
 }
 
 // SAFETY: the raw pointers are owned by the table (allocated by `iget`,
@@ -165,8 +174,8 @@ unsafe impl Send for InodeTable {}
 unsafe impl Sync for InodeTable {}
 
 impl InodeTable {
-    pub fn new() -> InodeTable {
-        InodeTable { map: Mutex::new(HashMap::new()) }
+    pub fn new(list: ListMode) -> InodeTable {
+        InodeTable { map: Mutex::new(HashMap::new()), list: InodeList::new(list) }
     }
 
     /// The in-core inode for `attr` with one more reference, created (with
@@ -202,9 +211,16 @@ impl InodeTable {
         };
         // SAFETY: `p` is live (above) and we hold the map lock.
         let inode = unsafe { &*p };
-        inode.refs.fetch_add(1, Ordering::Relaxed);
+        let fresh = inode.refs.fetch_add(1, Ordering::Relaxed) == 0 && !inode.sb.is_listed();
         if counted_lookup {
             inode.nlookup.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(map);
+        if fresh {
+            // SAFETY: a new inode, on no list; it is deleted from the list
+            // before it is freed (`iput`, `clear`). Our reference keeps it
+            // alive meanwhile.
+            unsafe { self.list.add(&inode.sb) };
         }
         p
     }
@@ -233,6 +249,9 @@ impl InodeTable {
         crate::sync::atomic::fence(Ordering::Acquire);
         map.remove(&inode.ino);
         drop(map);
+        // SAFETY: added by the `iget` that created it; only this, the last
+        // reference, deletes it.
+        unsafe { self.list.del(&inode.sb) };
         counters.add_inode(-1);
         let n = inode.nlookup.load(Ordering::Relaxed);
         if n > 0 {
@@ -244,13 +263,27 @@ impl InodeTable {
         unsafe { rcu.retire_box(p as *mut Inode) };
     }
 
-    /// Frees every inode left (teardown, when nothing else can reach them).
+    /// Evicts every inode left (teardown, when nothing else can reach
+    /// them): walks the superblock list, as unmount's `evict_inodes` does,
+    /// and checks it against the table: an inode missing from the list, or
+    /// a list entry with no inode, is a bug.
     pub fn clear(&self, counters: &LiveCounters) {
         let mut map = self.map.lock();
+        let mut listed = 0;
+        self.list.for_each(|ino| {
+            assert!(map.contains_key(&ino), "inode {ino} on the superblock list but not in core");
+            listed += 1;
+        });
+        assert_eq!(listed, map.len(), "an in-core inode is missing from the superblock list");
         for (_, p) in map.drain() {
             counters.add_inode(-1);
-            // SAFETY: teardown: no reader, dentry or file remains.
-            drop(unsafe { Box::from_raw(p as *mut Inode) });
+            // SAFETY: teardown: no reader, dentry or file remains; the
+            // node is on the list (checked above).
+            unsafe {
+                self.list.del(&(*p).sb);
+                drop(Box::from_raw(p as *mut Inode));
+            }
         }
+        debug_assert!(self.list.is_empty());
     }
 }

@@ -40,6 +40,7 @@ pub use {
     file::{File, OpenOptions},
     fs::{FileSystem, FileType, RenameFlags, SetAttr, SetTime},
     modes::{Layout, RefMode},
+    sync::list_batch::ListMode,
     vfs::{DirEntry, Entry, Metadata, Permissions, ReadDir, Stats, Vfs, VfsBuilder},
 };
 

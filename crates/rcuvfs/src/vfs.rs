@@ -36,6 +36,7 @@ use crate::fs::{Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, Se
 use crate::inode::Inode;
 use crate::modes::{Layout, RefMode};
 use crate::namei::{check_name, check_path, Last, Parent, Walk};
+use crate::sync::list_batch::ListMode;
 use crate::sync::{Mutex, MutexGuard};
 
 pub(crate) struct Shared {
@@ -76,6 +77,7 @@ pub struct VfsBuilder {
     umask: u32,
     mode: RefMode,
     layout: Layout,
+    inode_list: ListMode,
     buckets: usize,
 }
 
@@ -117,6 +119,13 @@ impl VfsBuilder {
         self
     }
 
+    /// How the superblock's inode list is locked (seed 004; see
+    /// [`ListMode`]); `percpu` by default.
+    pub fn inode_list(mut self, mode: ListMode) -> Self {
+        self.inode_list = mode;
+        self
+    }
+
     /// Buckets in the dentry hash table (a power of two; 65536 by default).
     pub fn hash_buckets(mut self, n: usize) -> Self {
         self.buckets = n;
@@ -131,7 +140,13 @@ impl VfsBuilder {
 
     pub fn build(self) -> Result<Vfs> {
         let fs = self.fs.unwrap_or_else(|| Arc::new(MemFs::new(self.memfs)));
-        let dc = Dcache::new(fs, self.buckets, self.layout == Layout::Packed, self.mode.locks_every_reference())?;
+        let dc = Dcache::new(
+            fs,
+            self.buckets,
+            self.layout == Layout::Packed,
+            self.mode.locks_every_reference(),
+            self.inode_list,
+        )?;
         let shared = Shared {
             dc,
             mode: self.mode,
@@ -400,6 +415,7 @@ impl Vfs {
             umask: 0o022,
             mode: RefMode::default(),
             layout: Layout::default(),
+            inode_list: ListMode::default(),
             buckets: 1 << 16,
         }
     }
@@ -445,6 +461,12 @@ impl Vfs {
     pub fn stats(&self) -> Stats {
         let c = &self.shared.dc.counters;
         Stats { dentries: c.dentries(), negative_dentries: c.negative_dentries(), inodes: c.inodes() }
+    }
+
+    /// Calls `f` with the number of every in-core inode, from the
+    /// superblock's inode list (what unmount eviction and sync walk).
+    pub fn for_each_inode(&self, f: impl FnMut(Ino)) {
+        self.shared.dc.itable.list.for_each(f);
     }
 
     /// The counters, readable after the `Vfs` and all its handles are gone:

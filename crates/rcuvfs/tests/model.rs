@@ -11,7 +11,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 
 use proptest::prelude::*;
-use rcuvfs::{Cred, FileType, Layout, OpenOptions, Permissions, RefMode, RenameFlags, Vfs};
+use rcuvfs::{Cred, FileType, Layout, ListMode, OpenOptions, Permissions, RefMode, RenameFlags, Vfs};
 
 const USER: u32 = 1000;
 const E: fn(i32) -> Out = Out::Err;
@@ -637,9 +637,10 @@ proptest! {
         ops in prop::collection::vec(op(), 1..if cfg!(miri) { 12 } else { 60 }),
         mode in prop::sample::select(RefMode::ALL.to_vec()),
         layout in prop::sample::select(Layout::ALL.to_vec()),
+        list in prop::sample::select(ListMode::ALL.to_vec()),
         drop_caches_at in prop::option::of(0usize..60),
     ) {
-        let root = Vfs::builder().mode(mode).layout(layout).hash_buckets(64).build().unwrap();
+        let root = Vfs::builder().mode(mode).layout(layout).inode_list(list).hash_buckets(64).build().unwrap();
         let user = root.with_cred(Cred::new(USER, USER, &[]));
         let counters = root.live_counters();
         let mut sut = Sut { root, user, held: Vec::new(), held_model: Vec::new() };

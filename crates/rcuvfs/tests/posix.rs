@@ -11,7 +11,7 @@ use std::sync::Arc;
 use common::errno;
 use rcuvfs::fs::memfs::{AtimePolicy, MemFs, MemFsOptions};
 use rcuvfs::fs::FileSystem;
-use rcuvfs::{Cred, FileType, OpenOptions, Permissions, RenameFlags, SetTime, Vfs};
+use rcuvfs::{Cred, FileType, ListMode, OpenOptions, Permissions, RenameFlags, SetTime, Vfs};
 
 fn vfs() -> Vfs {
     Vfs::new()
@@ -460,4 +460,47 @@ fn teardown_frees_every_dentry_and_inode() {
     // The removed file is gone from the filesystem too.
     assert_eq!(fs.live_inodes(), 4, "root, a, b, c");
     assert_eq!(fs.getattr(fs.root()).unwrap().nlink, 3);
+}
+
+#[test]
+fn the_superblock_list_holds_exactly_the_in_core_inodes() {
+    for mode in ListMode::ALL {
+        let v = Vfs::builder().inode_list(mode).build().unwrap();
+        let counters = v.live_counters();
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let v = v.clone();
+                std::thread::spawn(move || {
+                    v.create_dir(format!("/t{t}")).unwrap();
+                    let mut open = Vec::new();
+                    for i in 0..common::scaled(300) {
+                        let p = format!("/t{t}/f{i}");
+                        open.push(v.open(&p, OpenOptions::new().write(true).create(true)).unwrap());
+                        if i % 3 == 0 {
+                            v.remove_file(&p).unwrap();
+                        }
+                    }
+                    // Close half: unlinked ones leave the list now.
+                    open.truncate(open.len() / 2);
+                    open
+                })
+            })
+            .collect();
+        let open: Vec<_> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        let mut listed = std::collections::BTreeSet::new();
+        v.for_each_inode(|ino| assert!(listed.insert(ino), "{ino} listed twice in {mode:?}"));
+        assert_eq!(listed.len() as i64, v.stats().inodes, "{mode:?}");
+        for f in &open {
+            assert!(listed.contains(&f.ino()), "an open file's inode is not listed in {mode:?}");
+        }
+        drop(open);
+        v.drop_caches();
+        let mut left = 0;
+        v.for_each_inode(|_| left += 1);
+        assert_eq!(left, 1, "only the root stays after eviction ({mode:?})");
+        drop(v);
+        // Teardown walks the list against the inode table (and panics on a
+        // mismatch); then nothing is left.
+        assert_eq!(counters.inodes(), 0);
+    }
 }

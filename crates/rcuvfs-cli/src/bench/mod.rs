@@ -4,6 +4,7 @@
 //! median reported. Results go to a table on stdout, JSON (`--json`) and
 //! SVG plots (`--plot`).
 
+mod exit;
 mod plot;
 mod workloads;
 
@@ -20,7 +21,7 @@ use workloads::{is_known_mode, vfs_config, Ctx, Target, WORKLOADS};
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Workloads to run (default: all): stat-same, stat-private, short,
-    /// rename-storm, tree-walk.
+    /// rename-storm, tree-walk, inode-exit.
     workloads: Vec<String>,
     /// Thread counts, comma-separated, or `auto` (1 to the core count, plus
     /// twice the cores).
@@ -54,6 +55,9 @@ pub struct BenchArgs {
     /// Files in the tree-walk tree.
     #[arg(long, default_value_t = 100_000)]
     tree_files: usize,
+    /// inode-exit: files each thread creates and keeps open.
+    #[arg(long, default_value_t = 1000)]
+    exit_files: usize,
 }
 
 #[derive(Serialize)]
@@ -88,6 +92,10 @@ pub struct Row {
     /// Lookups of names that existed that reported them missing (must be 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     false_negatives: Option<u64>,
+    /// inode-exit: seconds the threads took to create and open their files
+    /// (`seconds` is the exit phase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    create_seconds: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -101,7 +109,7 @@ struct Report {
 #[derive(Default)]
 struct Counter(AtomicU64);
 
-fn cpu_time() -> f64 {
+pub(crate) fn cpu_time() -> f64 {
     // SAFETY: an all-zero rusage is valid to be overwritten.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `ru` is writable.
@@ -171,11 +179,13 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     if args.backend != "memfs" {
         return Err(std::io::Error::other(format!("backend {:?} is not available yet (memfs only)", args.backend)));
     }
+    let run_exit = args.workloads.is_empty() || args.workloads.iter().any(|w| w == "inode-exit");
     let selected: Vec<&workloads::Workload> = if args.workloads.is_empty() {
         WORKLOADS.iter().collect()
     } else {
         args.workloads
             .iter()
+            .filter(|name| *name != "inode-exit")
             .map(|name| {
                 WORKLOADS.iter().find(|w| w.name == name).ok_or_else(|| {
                     let known: Vec<_> = WORKLOADS.iter().map(|w| w.name).collect();
@@ -187,9 +197,9 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     let explicit: Option<Vec<String>> =
         (args.modes != "all").then(|| args.modes.split(',').map(|m| m.trim().to_string()).collect());
     if let Some(ms) = &explicit {
-        if let Some(bad) = ms.iter().find(|m| !is_known_mode(m)) {
+        if let Some(bad) = ms.iter().find(|m| !is_known_mode(m) && !exit::MODES.contains(&m.as_str())) {
             return Err(std::io::Error::other(format!(
-                "unknown mode {bad:?} (known: global, dlock, lockref, rcuwalk, norefs, packed, split, host, papaya, dashmap, and + combinations)"
+                "unknown mode {bad:?} (known: global, dlock, lockref, rcuwalk, norefs, packed, split, locked, batch, percpu, host, papaya, dashmap, and + combinations)"
             )));
         }
     }
@@ -202,7 +212,8 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
         .iter()
         .map(|w| (*w, explicit.clone().unwrap_or_else(|| w.modes.iter().map(|m| m.to_string()).collect())))
         .collect();
-    let cells: u64 = plan.iter().map(|(_, m)| (m.len() * threads.len()) as u64).sum();
+    let cells: u64 = plan.iter().map(|(_, m)| (m.len() * threads.len()) as u64).sum::<u64>()
+        + if run_exit { (exit::MODES.len() * threads.len()) as u64 } else { 0 };
     let progress = indicatif::ProgressBar::with_draw_target(Some(cells), indicatif::ProgressDrawTarget::stderr());
 
     let mut rows: Vec<Row> = Vec::new();
@@ -261,6 +272,58 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                         .filter(|_| !matches!(m.as_str(), "host" | "papaya" | "dashmap"))
                         .map(|(r, l)| Config { refs: r.name(), layout: l.name() }),
                     false_negatives: fneg,
+                    create_seconds: None,
+                });
+                progress.inc(1);
+            }
+        }
+    }
+    if run_exit {
+        let modes: Vec<String> = match &explicit {
+            Some(ms) => ms.iter().filter(|m| exit::MODES.contains(&m.as_str())).cloned().collect(),
+            None => exit::MODES.iter().map(|m| m.to_string()).collect(),
+        };
+        println!("\ninode-exit (seed 004): {} files per thread, created and kept open, then unlinked and closed by all threads at once", args.exit_files);
+        println!(
+            "{:<16} {:>7} {:>9} {:>10} {:>12} {:>10} {:>10}",
+            "mode", "threads", "files", "exit s", "exit cpu s", "create s", "vs locked"
+        );
+        for &t in &threads {
+            for m in &modes {
+                progress.set_message(format!("inode-exit {m} x{t}"));
+                let mut runs: Vec<exit::ExitRun> = (0..args.repeats.max(1))
+                    .map(|_| exit::run(m, t, args.exit_files, &args.host_dir))
+                    .collect::<std::io::Result<_>>()?;
+                runs.sort_by(|a, b| a.exit_seconds.total_cmp(&b.exit_seconds));
+                let r = &runs[runs.len() / 2];
+                let vs = rows
+                    .iter()
+                    .find(|x| x.workload == "inode-exit" && x.mode == "locked" && x.threads == t)
+                    .map(|x| format!("{:.2}x", r.exit_seconds / x.seconds));
+                println!(
+                    "{:<16} {:>7} {:>9} {:>10.3} {:>12.3} {:>10.3} {:>10}",
+                    m,
+                    t,
+                    r.files,
+                    r.exit_seconds,
+                    r.exit_cpu_seconds,
+                    r.create_seconds,
+                    vs.unwrap_or_else(|| "-".into())
+                );
+                rows.push(Row {
+                    workload: "inode-exit".into(),
+                    mode: m.clone(),
+                    threads: t,
+                    ops: r.files,
+                    seconds: r.exit_seconds,
+                    ops_per_sec: r.files as f64 / r.exit_seconds,
+                    ns_per_op: 1e9 * r.exit_seconds / r.files as f64,
+                    cpu_seconds: r.exit_cpu_seconds,
+                    repeats: runs.len(),
+                    backend: args.backend.clone(),
+                    config: None,
+                    false_negatives: None,
+                    create_seconds: Some(r.create_seconds),
                 });
                 progress.inc(1);
             }
@@ -271,6 +334,9 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         for (w, _) in &plan {
             plot::write(&dir.join(format!("{}.svg", w.name)), w.name, &rows)?;
+        }
+        if run_exit {
+            plot::write(&dir.join("inode-exit.svg"), "inode-exit", &rows)?;
         }
     }
     if let Some(path) = &args.json {

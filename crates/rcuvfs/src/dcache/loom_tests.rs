@@ -103,7 +103,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn cache() -> Arc<Dcache> {
-    Arc::new(Dcache::new(Arc::new(Stub), 1, false, false).unwrap())
+    Arc::new(Dcache::new(Arc::new(Stub), 1, false, false, Default::default()).unwrap())
 }
 
 /// Adds `name` -> file `ino` under the root, and leaves it cached, unused.

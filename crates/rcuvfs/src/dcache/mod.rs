@@ -305,7 +305,13 @@ unsafe impl Sync for Dcache {}
 impl Dcache {
     /// `packed`: the count in the lookup line (seed 002's before);
     /// `lock_only`: every reference change takes `d_lock` (the `dlock` mode).
-    pub fn new(fs: Arc<dyn FileSystem>, buckets: usize, packed: bool, lock_only: bool) -> std::io::Result<Dcache> {
+    pub fn new(
+        fs: Arc<dyn FileSystem>,
+        buckets: usize,
+        packed: bool,
+        lock_only: bool,
+        list: crate::sync::list_batch::ListMode,
+    ) -> std::io::Result<Dcache> {
         let layout = if packed { PACKED } else { 0 };
         let n = buckets.next_power_of_two().max(1);
         let counters = Arc::new(LiveCounters::default());
@@ -320,7 +326,7 @@ impl Dcache {
             tree_lock: Mutex::new(()),
             rename_lock: SeqLock::new(),
             root: ptr::null(),
-            itable: InodeTable::new(),
+            itable: InodeTable::new(list),
             counters,
             rcu: Rcu::new(),
         };

@@ -10,11 +10,14 @@
 //! - [`seqcount`]: sequence counts and sequence locks whose readers fall back
 //!   to the lock instead of spinning on a preempted writer.
 //! - [`audit`]: counts of shared writes per operation (feature `audit`).
+//! - [`list_batch`]: the superblock inode list, locked, batched (seed 004)
+//!   or per CPU.
 //! - [`rcu`]: the RCU facade (read_lock, call_rcu, synchronize) over the
 //!   `seize` reclamation crate, with a loom-visible stand-in.
 
 pub mod atomic;
 pub mod audit;
+pub mod list_batch;
 pub mod lockref;
 pub mod mutex;
 pub mod rcu;
