@@ -25,7 +25,31 @@ enum Files {
     Host(Vec<(PathBuf, std::fs::File)>),
 }
 
+/// Raises the open-file limit to its hard maximum (the host peer keeps
+/// every file open, as the Vfs modes do) and returns it.
+fn raise_nofile() -> u64 {
+    // SAFETY: plain getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1024;
+        }
+        if r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+        r.rlim_cur
+    }
+}
+
 pub fn run(mode: &str, threads: usize, per_thread: usize, host_dir: &std::path::Path) -> std::io::Result<ExitRun> {
+    if mode == "host" {
+        let limit = raise_nofile();
+        let need = (threads * per_thread) as u64 + 64;
+        if need > limit {
+            return Err(std::io::Error::other(format!("needs {need} open files, RLIMIT_NOFILE allows {limit}")));
+        }
+    }
     let vfs = match mode {
         "host" => None,
         m => {
@@ -41,32 +65,38 @@ pub fn run(mode: &str, threads: usize, per_thread: usize, host_dir: &std::path::
         .map(|t| {
             let (vfs, created, go, host_root) = (vfs.clone(), created.clone(), go.clone(), host_root.clone());
             std::thread::spawn(move || -> std::io::Result<()> {
-                let mut files = match vfs {
-                    Some(v) => {
-                        let dir = format!("/x/t{t}");
-                        v.create_dir_all(&dir)?;
-                        let mut fs = Vec::with_capacity(per_thread);
-                        for i in 0..per_thread {
-                            let p = format!("{dir}/f{i}");
-                            let f = v.open(&p, OpenOptions::new().write(true).create(true))?;
-                            fs.push((p, f));
+                // Whatever happens, reach both barriers, so that an error
+                // is reported instead of leaving the others waiting.
+                let setup = || -> std::io::Result<Files> {
+                    Ok(match vfs {
+                        Some(v) => {
+                            let dir = format!("/x/t{t}");
+                            v.create_dir_all(&dir)?;
+                            let mut fs = Vec::with_capacity(per_thread);
+                            for i in 0..per_thread {
+                                let p = format!("{dir}/f{i}");
+                                let f = v.open(&p, OpenOptions::new().write(true).create(true))?;
+                                fs.push((p, f));
+                            }
+                            Files::Vfs(v, fs)
                         }
-                        Files::Vfs(v, fs)
-                    }
-                    None => {
-                        let dir = host_root.join(format!("t{t}"));
-                        std::fs::create_dir_all(&dir)?;
-                        let mut fs = Vec::with_capacity(per_thread);
-                        for i in 0..per_thread {
-                            let p = dir.join(format!("f{i}"));
-                            let f = std::fs::File::create(&p)?;
-                            fs.push((p, f));
+                        None => {
+                            let dir = host_root.join(format!("t{t}"));
+                            std::fs::create_dir_all(&dir)?;
+                            let mut fs = Vec::with_capacity(per_thread);
+                            for i in 0..per_thread {
+                                let p = dir.join(format!("f{i}"));
+                                let f = std::fs::File::create(&p)?;
+                                fs.push((p, f));
+                            }
+                            Files::Host(fs)
                         }
-                        Files::Host(fs)
-                    }
+                    })
                 };
+                let files = setup();
                 created.wait();
                 go.wait();
+                let mut files = files?;
                 match &mut files {
                     Files::Vfs(v, fs) => {
                         for (p, _) in fs.iter() {
@@ -100,10 +130,11 @@ pub fn run(mode: &str, threads: usize, per_thread: usize, host_dir: &std::path::
     let exit_cpu_seconds = super::cpu_time() - cpu0;
     let _ = std::fs::remove_dir_all(&host_root);
     if let Some(v) = &vfs {
-        // Every inode but the root's left the superblock list.
+        // Every file's inode left the superblock list; the root, /x and the
+        // threads' directories remain.
         let mut left = 0;
         v.for_each_inode(|_| left += 1);
-        if left != 1 {
+        if left != 2 + threads {
             return Err(std::io::Error::other(format!("{left} inodes left on the superblock list")));
         }
     }
