@@ -183,11 +183,14 @@ impl Shard {
             let next = req.next;
             // SAFETY: lock held; the node is live (its owner waits on us).
             unsafe { self.apply(req.op, &*req.node, idx) };
+            // The parking key, taken while the request is surely alive.
+            let key = &req.done as *const AtomicBool as usize;
             // Release: the list change happens-before the owner's return.
-            // After this store the request may be gone; only its address
-            // is used again, as a parking key.
+            // After this store the request may be gone (its owner may
+            // return and pop its stack frame): only the key is used again.
+            // (Miri caught an earlier version that formed `&req.done` here.)
             req.done.store(true, Ordering::Release);
-            unpark_all(&req.done as *const AtomicBool as usize);
+            unpark_all(key);
             n += 1;
             r = next;
         }
