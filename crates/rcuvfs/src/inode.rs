@@ -28,9 +28,10 @@
 
 use crate::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::dcache::LiveCounters;
+use crate::filemap::PageCache;
 use crate::fs::{Attr, FileSystem, FileType, Ino, Timespec};
 use crate::sync::list_batch::{InodeList, ListMode, Node};
 use crate::sync::{Mutex, Rcu, SeqLock};
@@ -72,6 +73,9 @@ pub(crate) struct Inode {
     ctime: Times,
     /// A symlink's target, read once: targets never change.
     pub link: OnceLock<Box<[u8]>>,
+    /// A regular file's page cache, when its filesystem keeps one: the
+    /// file's size and blocks are read from it.
+    pub data: OnceLock<Arc<PageCache>>,
     pub dir_lock: Mutex<()>,
     refs: AtomicUsize,
     nlookup: AtomicU64,
@@ -96,6 +100,7 @@ impl Inode {
             mtime: Times::new(a.mtime),
             ctime: Times::new(a.ctime),
             link: OnceLock::new(),
+            data: OnceLock::new(),
             dir_lock: Mutex::new(()),
             refs: AtomicUsize::new(0),
             nlookup: AtomicU64::new(0),
@@ -108,6 +113,15 @@ impl Inode {
     /// takes the lock).
     #[inline]
     pub fn attr(&self) -> Attr {
+        let mut a = self.cached_attr();
+        if let Some(pc) = self.data.get() {
+            a.size = pc.size();
+            a.blocks = pc.pages() * 8;
+        }
+        a
+    }
+
+    fn cached_attr(&self) -> Attr {
         self.attrs.read(|| Attr {
             ino: self.ino,
             kind: self.kind,
@@ -201,6 +215,11 @@ impl InodeTable {
                 if attr.kind == FileType::Symlink {
                     if let Ok(t) = fs.readlink(attr.ino) {
                         let _ = inode.link.set(t.into_boxed_slice());
+                    }
+                }
+                if attr.kind == FileType::File {
+                    if let Some(pc) = fs.page_cache(attr.ino) {
+                        let _ = inode.data.set(pc);
                     }
                 }
                 let p = Box::into_raw(inode) as *const Inode;

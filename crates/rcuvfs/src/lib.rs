@@ -26,6 +26,7 @@ pub mod dcache;
 pub mod error;
 #[cfg(not(loom))]
 pub mod file;
+pub mod filemap;
 pub mod fs;
 pub(crate) mod inode;
 pub mod modes;
@@ -38,6 +39,7 @@ pub mod vfs;
 pub use {
     cred::Cred,
     file::{File, OpenOptions},
+    filemap::CacheMode,
     fs::{FileSystem, FileType, RenameFlags, SetAttr, SetTime},
     modes::{Layout, RefMode},
     sync::list_batch::ListMode,

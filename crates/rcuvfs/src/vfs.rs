@@ -31,6 +31,7 @@ use crate::error::{
     errno_of, fail, Result, EACCES, EBUSY, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT, ENOTDIR, ENOTEMPTY, EPERM, EXDEV,
 };
 use crate::file::{File, OpenOptions};
+use crate::filemap::CacheMode;
 use crate::fs::memfs::{AtimePolicy, MemFs, MemFsOptions};
 use crate::fs::{Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec};
 use crate::inode::Inode;
@@ -97,6 +98,13 @@ impl VfsBuilder {
     /// When reads update atime (relatime by default).
     pub fn atime(mut self, policy: AtimePolicy) -> Self {
         self.memfs.atime = policy;
+        self
+    }
+
+    /// memfs: how the page cache that holds file data is locked (seed
+    /// 001; see [`CacheMode`]); `lockless` by default.
+    pub fn page_cache(mut self, mode: CacheMode) -> Self {
+        self.memfs.cache = mode;
         self
     }
 
@@ -481,6 +489,13 @@ impl Vfs {
     pub fn drop_caches(&self) {
         let _g = self.shared.global();
         self.shared.dc.shrink_all();
+        self.shared.dc.rcu.synchronize();
+    }
+
+    /// Waits for a grace period: memory that lookups might still have been
+    /// reading when it was released (dentries, inodes and their page caches)
+    /// is freed by the time this returns.
+    pub fn synchronize(&self) {
         self.shared.dc.rcu.synchronize();
     }
 
@@ -1373,9 +1388,10 @@ impl Vfs {
     }
 }
 
-/// After a read: if the atime policy says the filesystem updated atime,
-/// refresh the cached attributes. A read of a hot file under relatime
-/// stores nothing.
+/// After a read: if the atime policy says atime is due, update it (through
+/// the filesystem for page-cache reads, which bypass it; the filesystem's
+/// own `read` updated it otherwise) and refresh the cached attributes. A
+/// read of a hot file under relatime stores nothing.
 pub(crate) fn touch_atime(shared: &Shared, inode: &Inode) {
     let due = match shared.atime {
         AtimePolicy::Noatime => false,
@@ -1386,6 +1402,9 @@ pub(crate) fn touch_atime(shared: &Shared, inode: &Inode) {
         }
     };
     if due {
+        if inode.data.get().is_some() {
+            shared.fs().note_access(inode.ino);
+        }
         inode.refresh(shared.fs());
     }
 }

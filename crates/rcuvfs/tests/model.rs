@@ -11,7 +11,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 
 use proptest::prelude::*;
-use rcuvfs::{Cred, FileType, Layout, ListMode, OpenOptions, Permissions, RefMode, RenameFlags, Vfs};
+use rcuvfs::{CacheMode, Cred, FileType, Layout, ListMode, OpenOptions, Permissions, RefMode, RenameFlags, Vfs};
 
 const USER: u32 = 1000;
 const E: fn(i32) -> Out = Out::Err;
@@ -638,9 +638,10 @@ proptest! {
         mode in prop::sample::select(RefMode::ALL.to_vec()),
         layout in prop::sample::select(Layout::ALL.to_vec()),
         list in prop::sample::select(ListMode::ALL.to_vec()),
+        cache in prop::sample::select(CacheMode::ALL.to_vec()),
         drop_caches_at in prop::option::of(0usize..60),
     ) {
-        let root = Vfs::builder().mode(mode).layout(layout).inode_list(list).hash_buckets(64).build().unwrap();
+        let root = Vfs::builder().mode(mode).layout(layout).inode_list(list).page_cache(cache).hash_buckets(64).build().unwrap();
         let user = root.with_cred(Cred::new(USER, USER, &[]));
         let counters = root.live_counters();
         let mut sut = Sut { root, user, held: Vec::new(), held_model: Vec::new() };

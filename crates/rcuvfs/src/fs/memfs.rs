@@ -28,13 +28,12 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use super::{
     Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec, WritePos,
 };
-use crate::error::{fail, Result, EEXIST, EFBIG, EINVAL, EISDIR, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
+use crate::error::{fail, Result, EEXIST, EINVAL, EISDIR, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
+use crate::filemap::{Accounting, CacheMode, PageCache, PAGE};
 use crate::time::now;
 
 pub const ROOT_INO: Ino = 1;
 const BLOCK: u64 = 4096;
-/// The largest file memfs accepts (like tmpfs's s_maxbytes, but memory-sized).
-const MAX_FILE_SIZE: u64 = 1 << 40;
 
 /// When reads update atime.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,21 +51,30 @@ pub enum AtimePolicy {
 /// memfs limits and options.
 #[derive(Clone, Copy, Debug)]
 pub struct MemFsOptions {
-    /// Bytes of file and symlink data; ENOSPC past it.
+    /// Bytes of file data (whole 4 KiB pages; holes take none) and symlink
+    /// targets; ENOSPC past it.
     pub max_bytes: u64,
     /// Inodes, the root included; ENOSPC past it.
     pub max_inodes: u64,
     pub atime: AtimePolicy,
+    /// How file data's page cache is locked (seed 001).
+    pub cache: CacheMode,
 }
 
 impl Default for MemFsOptions {
     fn default() -> Self {
-        Self { max_bytes: u64::MAX / 2, max_inodes: u64::MAX / 2, atime: AtimePolicy::Relatime }
+        Self {
+            max_bytes: u64::MAX / 2,
+            max_inodes: u64::MAX / 2,
+            atime: AtimePolicy::Relatime,
+            cache: CacheMode::default(),
+        }
     }
 }
 
 enum Content {
-    File(Vec<u8>),
+    /// File data lives only in its page cache, as in tmpfs.
+    File(Arc<PageCache>),
     Dir(Dir),
     Symlink(Vec<u8>),
     Special,
@@ -125,15 +133,18 @@ struct MemInode {
 impl State {
     fn size(&self) -> u64 {
         match &self.content {
-            Content::File(d) | Content::Symlink(d) => d.len() as u64,
+            Content::File(pc) => pc.size(),
+            Content::Symlink(d) => d.len() as u64,
             Content::Dir(d) => d.by_name.len() as u64,
             Content::Special => 0,
         }
     }
 
+    /// Bytes charged against the space limit.
     fn data_bytes(&self) -> u64 {
         match &self.content {
-            Content::File(d) | Content::Symlink(d) => d.len() as u64,
+            Content::File(pc) => pc.pages() * PAGE as u64,
+            Content::Symlink(d) => d.len() as u64,
             _ => 0,
         }
     }
@@ -182,8 +193,24 @@ pub struct MemFs {
     namespace: Mutex<()>,
     inodes: RwLock<HashMap<Ino, Arc<MemInode>>>,
     next_ino: AtomicU64,
-    used_bytes: AtomicU64,
+    used_bytes: Arc<AtomicU64>,
     used_inodes: AtomicU64,
+}
+
+/// Charges or refunds `bytes` against `limit`.
+fn charge(used: &AtomicU64, limit: u64, bytes: i64) -> Result<()> {
+    if bytes < 0 {
+        used.fetch_sub(bytes.unsigned_abs(), Ordering::Relaxed);
+        return Ok(());
+    }
+    let mut cur = used.load(Ordering::Relaxed);
+    loop {
+        let Some(new) = cur.checked_add(bytes as u64).filter(|&v| v <= limit) else { return fail(ENOSPC) };
+        match used.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(c) => cur = c,
+        }
+    }
 }
 
 fn lock(inode: &MemInode) -> MutexGuard<'_, State> {
@@ -219,7 +246,7 @@ impl MemFs {
             namespace: Mutex::new(()),
             inodes: RwLock::new(table),
             next_ino: AtomicU64::new(ROOT_INO + 1),
-            used_bytes: AtomicU64::new(0),
+            used_bytes: Arc::new(AtomicU64::new(0)),
             used_inodes: AtomicU64::new(1),
         }
     }
@@ -242,19 +269,18 @@ impl MemFs {
     }
 
     fn reserve_bytes(&self, n: u64) -> Result<()> {
-        let mut cur = self.used_bytes.load(Ordering::Relaxed);
-        loop {
-            let new = cur.checked_add(n).filter(|&v| v <= self.opts.max_bytes);
-            let Some(new) = new else { return fail(ENOSPC) };
-            match self.used_bytes.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(()),
-                Err(c) => cur = c,
-            }
-        }
+        charge(&self.used_bytes, self.opts.max_bytes, n as i64)
     }
 
     fn release_bytes(&self, n: u64) {
         self.used_bytes.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// A new, empty page cache whose pages are charged to this memfs.
+    fn new_data(&self) -> Content {
+        let (used, limit) = (self.used_bytes.clone(), self.opts.max_bytes);
+        let acct: Accounting = Arc::new(move |pages: i64| charge(&used, limit, pages * PAGE as i64));
+        Content::File(Arc::new(PageCache::with_accounting(self.opts.cache, Some(acct))))
     }
 
     /// Allocates a new inode (not yet linked anywhere) with one lookup
@@ -302,7 +328,10 @@ impl MemFs {
     /// with its state lock held (passed in as `st`).
     fn maybe_free(&self, inode: &MemInode, st: &mut State) {
         if st.nlink == 0 && st.nlookup == 0 {
-            self.release_bytes(st.data_bytes());
+            if let Content::Symlink(t) = &st.content {
+                self.release_bytes(t.len() as u64);
+            }
+            // A page cache refunds its pages when its last user drops it.
             st.content = Content::Special;
             if self.inodes.write().unwrap_or_else(|e| e.into_inner()).remove(&inode.ino).is_some() {
                 self.used_inodes.fetch_sub(1, Ordering::Relaxed);
@@ -406,19 +435,10 @@ impl FileSystem for MemFs {
         let mut st = lock(&inode);
         let t = now();
         if let Some(size) = set.size {
-            if size > MAX_FILE_SIZE {
-                return fail(EFBIG);
-            }
-            let Content::File(data) = &mut st.content else {
+            let Content::File(pc) = &st.content else {
                 return fail(if st.kind == FileType::Dir { EISDIR } else { EINVAL });
             };
-            let old = data.len() as u64;
-            if size > old {
-                self.reserve_bytes(size - old)?;
-            } else {
-                self.release_bytes(old - size);
-            }
-            data.resize(size as usize, 0);
+            pc.set_len(size)?;
             st.mtime = t;
         }
         if let Some(perm) = set.perm {
@@ -441,7 +461,7 @@ impl FileSystem for MemFs {
     }
 
     fn create(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc(FileType::File, perm, 0, owner, Content::File(Vec::new())))
+        self.add_entry(parent, name, || self.alloc(FileType::File, perm, 0, owner, self.new_data()))
     }
 
     fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
@@ -450,7 +470,7 @@ impl FileSystem for MemFs {
 
     fn mknod(&self, parent: Ino, name: &[u8], kind: FileType, perm: u32, rdev: u64, owner: Owner) -> Result<Attr> {
         let content = match kind {
-            FileType::File => Content::File(Vec::new()),
+            FileType::File => self.new_data(),
             FileType::Dir => return fail(EINVAL),
             FileType::Symlink => return fail(EINVAL),
             _ => Content::Special,
@@ -611,19 +631,10 @@ impl FileSystem for MemFs {
     }
 
     fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let pc = self.page_cache(ino).ok_or_else(|| self.not_a_file(ino))?;
+        let n = pc.read(offset, buf);
         let inode = self.get(ino)?;
         let mut st = lock(&inode);
-        let Content::File(data) = &st.content else {
-            return fail(if st.kind == FileType::Dir { EISDIR } else { EINVAL });
-        };
-        let n = if offset >= data.len() as u64 {
-            0
-        } else {
-            let start = offset as usize;
-            let n = buf.len().min(data.len() - start);
-            buf[..n].copy_from_slice(&data[start..start + n]);
-            n
-        };
         let t = now();
         if atime_due(self.opts.atime, &st, t) {
             st.atime = t;
@@ -632,31 +643,46 @@ impl FileSystem for MemFs {
     }
 
     fn write(&self, ino: Ino, pos: WritePos, data: &[u8]) -> Result<u64> {
-        let inode = self.get(ino)?;
-        let mut st = lock(&inode);
-        let kind = st.kind;
-        let Content::File(file) = &mut st.content else {
-            return fail(if kind == FileType::Dir { EISDIR } else { EINVAL });
-        };
-        let offset = match pos {
-            WritePos::At(o) => o,
-            WritePos::Append => file.len() as u64,
-        };
-        let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE);
-        let Some(end) = end else { return fail(EFBIG) };
-        if data.is_empty() {
-            return Ok(offset);
+        let pc = self.page_cache(ino).ok_or_else(|| self.not_a_file(ino))?;
+        let at = pc.write(
+            match pos {
+                WritePos::At(o) => Some(o),
+                WritePos::Append => None,
+            },
+            data,
+        )?;
+        if !data.is_empty() {
+            let inode = self.get(ino)?;
+            let mut st = lock(&inode);
+            let t = now();
+            st.mtime = t;
+            st.ctime = t;
         }
-        let old = file.len() as u64;
-        if end > old {
-            self.reserve_bytes(end - old)?;
-            file.resize(end as usize, 0);
+        Ok(at)
+    }
+
+    fn note_access(&self, ino: Ino) {
+        if let Ok(inode) = self.get(ino) {
+            lock(&inode).atime = now();
         }
-        file[offset as usize..end as usize].copy_from_slice(data);
-        let t = now();
-        st.mtime = t;
-        st.ctime = t;
-        Ok(offset)
+    }
+
+    fn note_modify(&self, ino: Ino) {
+        if let Ok(inode) = self.get(ino) {
+            let mut st = lock(&inode);
+            let t = now();
+            st.mtime = t;
+            st.ctime = t;
+        }
+    }
+
+    fn page_cache(&self, ino: Ino) -> Option<Arc<PageCache>> {
+        let inode = self.get(ino).ok()?;
+        let st = lock(&inode);
+        match &st.content {
+            Content::File(pc) => Some(pc.clone()),
+            _ => None,
+        }
     }
 
     fn statfs(&self) -> Result<StatFs> {
@@ -673,6 +699,16 @@ impl FileSystem for MemFs {
             ffree,
             namelen: 255,
         })
+    }
+}
+
+impl MemFs {
+    fn not_a_file(&self, ino: Ino) -> std::io::Error {
+        match self.kind_of(ino) {
+            Ok(FileType::Dir) => crate::error::err(EISDIR),
+            Ok(_) => crate::error::err(EINVAL),
+            Err(e) => e,
+        }
     }
 }
 

@@ -253,6 +253,22 @@ pub trait FileSystem: Send + Sync + 'static {
 
     fn statfs(&self) -> Result<StatFs>;
 
+    /// The page cache holding a regular file's data, for filesystems whose
+    /// data lives in one (memfs: its only copy, as in tmpfs). The VFS then
+    /// reads and writes it directly, with no call into the filesystem; it
+    /// reports changes of mtime through `setattr`. `None`: data goes
+    /// through `read` and `write`.
+    fn page_cache(&self, _ino: Ino) -> Option<std::sync::Arc<crate::filemap::PageCache>> {
+        None
+    }
+
+    /// The VFS read a file's page cache and its atime policy says atime is
+    /// due: set atime to now (ctime unchanged).
+    fn note_access(&self, _ino: Ino) {}
+
+    /// The VFS wrote a file's page cache: set mtime and ctime to now.
+    fn note_modify(&self, _ino: Ino) {}
+
     /// Says whether the cached entry `name -> ino` in `parent` is still true.
     /// Filesystems whose truth lives elsewhere (passthrough, remote) check
     /// it; the default, for filesystems that change only through the VFS, is
