@@ -381,7 +381,7 @@ impl PageCache {
         // SAFETY: only writers replace the index.
         let index = unsafe { &*self.index.load(Ordering::Relaxed) };
         let keep = len.div_ceil(PAGE as u64) as usize;
-        if len % PAGE as u64 != 0 {
+        if !len.is_multiple_of(PAGE as u64) {
             // SAFETY: pages in the index are live; we hold `writer`.
             if let Some(page) = index.slots.get(keep - 1).and_then(|s| unsafe { s.load(Ordering::Relaxed).as_ref() }) {
                 page.seq.write_begin();
