@@ -384,12 +384,12 @@ mod tests {
                 .map(|t| {
                     let list = list.clone();
                     std::thread::spawn(move || {
-                        // Leaked up front: a listed node must never move.
-                        let nodes: &'static [Node] = Box::leak(
-                            (0..per).map(|i| Node::new(t * 1_000_000 + i)).collect::<Vec<_>>().into_boxed_slice(),
-                        );
-                        for n in nodes {
-                            // SAFETY: fresh node at a stable address.
+                        // Boxed up front: a listed node must never move (moving
+                        // the Box later does not move its contents).
+                        let nodes: Box<[Node]> = (0..per).map(|i| Node::new(t * 1_000_000 + i)).collect();
+                        for n in nodes.iter() {
+                            // SAFETY: fresh node at a stable address, kept
+                            // alive by the caller until the list is dropped.
                             unsafe { list.add(n) };
                         }
                         // Delete the even ones; keep the odd ones.
@@ -397,18 +397,18 @@ mod tests {
                             // SAFETY: added above.
                             unsafe { list.del(n) };
                         }
+                        nodes
                     })
                 })
                 .collect();
-            for t in threads {
-                t.join().unwrap();
-            }
+            let _nodes: Vec<Box<[Node]>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
             let mut seen = BTreeSet::new();
             list.for_each(|k| assert!(seen.insert(k), "{k} listed twice"));
             let want: BTreeSet<u64> =
                 (0..4u64).flat_map(|t| (0..per).filter(|i| i % 2 == 1).map(move |i| t * 1_000_000 + i)).collect();
             assert_eq!(seen, want, "{mode:?}");
             assert_eq!(list.len(), want.len());
+            drop(list); // before the nodes it links
         }
     }
 }
