@@ -148,15 +148,24 @@ impl Index {
 /// space limit; `Err` (ENOSPC) refuses a charge.
 pub type Accounting = std::sync::Arc<dyn Fn(i64) -> Result<()> + Send + Sync>;
 
-/// One file's data.
+/// One file's data. What every read loads (`mode`, `size`, `index`) sits
+/// on its own cache line, apart from the locks and counters writers
+/// change, so that a write does not invalidate the line readers need
+/// (seed 002's lesson, applied here).
 pub struct PageCache {
     mode: CacheMode,
-    acct: Option<Accounting>,
     size: AtomicU64,
     index: AtomicPtr<Index>,
-    pages: AtomicU64,
+    acct: Option<Accounting>,
+    w: WriterSide,
+}
+
+/// The fields writers change, on cache lines of their own.
+#[repr(align(128))]
+struct WriterSide {
     writer: Mutex<()>,
     mode_lock: std::sync::RwLock<()>,
+    pages: AtomicU64,
 }
 
 // SAFETY: pages and indexes are owned by the cache and shared only through
@@ -177,9 +186,7 @@ impl PageCache {
             acct,
             size: AtomicU64::new(0),
             index: AtomicPtr::new(Box::into_raw(Index::new(0))),
-            pages: AtomicU64::new(0),
-            writer: Mutex::new(()),
-            mode_lock: std::sync::RwLock::new(()),
+            w: WriterSide { writer: Mutex::new(()), mode_lock: std::sync::RwLock::new(()), pages: AtomicU64::new(0) },
         }
     }
 
@@ -195,7 +202,7 @@ impl PageCache {
 
     /// Pages allocated (holes take none).
     pub fn pages(&self) -> u64 {
-        self.pages.load(Ordering::Relaxed)
+        self.w.pages.load(Ordering::Relaxed)
     }
 
     /// Reads at `offset`; returns the bytes read (0 at or past the end).
@@ -205,11 +212,11 @@ impl PageCache {
         match self.mode {
             CacheMode::Lockless => self.read_lockless(offset, buf),
             CacheMode::RwLock => {
-                let _g = self.mode_lock.read().unwrap_or_else(|e| e.into_inner());
+                let _g = self.w.mode_lock.read().unwrap_or_else(|e| e.into_inner());
                 self.read_excluded(offset, buf)
             }
             CacheMode::Mutex => {
-                let _g = self.mode_lock.write().unwrap_or_else(|e| e.into_inner());
+                let _g = self.w.mode_lock.write().unwrap_or_else(|e| e.into_inner());
                 self.read_excluded(offset, buf)
             }
         }
@@ -281,7 +288,7 @@ impl PageCache {
                     if !copied {
                         // A writer stayed in the page: copy under its lock.
                         drop(guard);
-                        let _w = self.writer.lock();
+                        let _w = self.w.writer.lock();
                         let m = self.read_excluded(pos, out);
                         return done + m;
                     }
@@ -297,8 +304,9 @@ impl PageCache {
     /// other appenders, when `offset` is `None`); returns the offset
     /// written at. New pages are charged first: on ENOSPC nothing changes.
     pub fn write(&self, offset: Option<u64>, data: &[u8]) -> Result<u64> {
-        let _w = self.writer.lock();
-        let _m = (self.mode != CacheMode::Lockless).then(|| self.mode_lock.write().unwrap_or_else(|e| e.into_inner()));
+        let _w = self.w.writer.lock();
+        let _m =
+            (self.mode != CacheMode::Lockless).then(|| self.w.mode_lock.write().unwrap_or_else(|e| e.into_inner()));
         let size = self.size.load(Ordering::Relaxed);
         let at = offset.unwrap_or(size);
         let end = at.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE);
@@ -323,7 +331,7 @@ impl PageCache {
                 p = Box::into_raw(Page::new());
                 // Release: the zeroed page is initialized for readers.
                 slot.store(p, Ordering::Release);
-                self.pages.fetch_add(1, Ordering::Relaxed);
+                self.w.pages.fetch_add(1, Ordering::Relaxed);
             }
             // SAFETY: a page in the index is live; we hold `writer`.
             let page = unsafe { &*p };
@@ -369,8 +377,9 @@ impl PageCache {
         if len > MAX_FILE_SIZE {
             return fail(EFBIG);
         }
-        let _w = self.writer.lock();
-        let _m = (self.mode != CacheMode::Lockless).then(|| self.mode_lock.write().unwrap_or_else(|e| e.into_inner()));
+        let _w = self.w.writer.lock();
+        let _m =
+            (self.mode != CacheMode::Lockless).then(|| self.w.mode_lock.write().unwrap_or_else(|e| e.into_inner()));
         let size = self.size.load(Ordering::Relaxed);
         // Release: a reader that sees the new size sees nothing of what
         // follows (it clamps); one that raced us read before it.
@@ -398,7 +407,7 @@ impl PageCache {
                 freed += 1;
             }
         }
-        self.pages.fetch_sub(freed, Ordering::Relaxed);
+        self.w.pages.fetch_sub(freed, Ordering::Relaxed);
         self.charge(-(freed as i64))
     }
 

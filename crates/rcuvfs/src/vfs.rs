@@ -1398,7 +1398,10 @@ pub(crate) fn touch_atime(shared: &Shared, inode: &Inode) {
         AtimePolicy::Strict => true,
         AtimePolicy::Relatime => {
             let a = inode.attr();
-            a.atime <= a.mtime || a.atime <= a.ctime || crate::time::now().sec - a.atime.sec >= 24 * 3600
+            let now = crate::time::now();
+            // As Linux's `atime_needs_update`: never when atime is already
+            // now (else every read in the clock tick of a write would write).
+            a.atime != now && (a.atime <= a.mtime || a.atime <= a.ctime || now.sec - a.atime.sec >= 24 * 3600)
         }
     };
     if due {

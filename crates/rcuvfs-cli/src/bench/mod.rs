@@ -21,7 +21,8 @@ use workloads::{is_known_mode, vfs_config, Ctx, Target, WORKLOADS};
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Workloads to run (default: all): stat-same, stat-private, short,
-    /// rename-storm, tree-walk, inode-exit.
+    /// rename-storm, tree-walk, dd-write, dd-read, pagecache-mix,
+    /// inode-exit.
     workloads: Vec<String>,
     /// Thread counts, comma-separated, or `auto` (1 to the core count, plus
     /// twice the cores).
@@ -29,7 +30,9 @@ pub struct BenchArgs {
     threads: String,
     /// Modes and peers, comma-separated, or `all` (each workload's own
     /// list): global, dlock, lockref, rcuwalk, norefs (the reference axis),
-    /// packed, split (the layout axis), host, papaya, dashmap (peers); `+`
+    /// packed, split (the layout axis), mutex, rwlock, lockless (the page
+    /// cache axis), locked, batch, percpu (inode-exit's list axis), host,
+    /// papaya, dashmap (peers); `+`
     /// combines axes (`rcuwalk+packed`). A name sets its own axis and leaves
     /// the others at their defaults.
     #[arg(long, default_value = "all")]
@@ -55,6 +58,9 @@ pub struct BenchArgs {
     /// Files in the tree-walk tree.
     #[arg(long, default_value_t = 100_000)]
     tree_files: usize,
+    /// pagecache-mix: the share of operations that write.
+    #[arg(long, default_value_t = 0.1)]
+    write_share: f64,
     /// inode-exit: files each thread creates and keeps open.
     #[arg(long, default_value_t = 8000)]
     exit_files: usize,
@@ -71,6 +77,7 @@ struct Machine {
 struct Config {
     refs: &'static str,
     layout: &'static str,
+    page_cache: &'static str,
 }
 
 #[derive(Serialize)]
@@ -199,14 +206,18 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     if let Some(ms) = &explicit {
         if let Some(bad) = ms.iter().find(|m| !is_known_mode(m) && !exit::MODES.contains(&m.as_str())) {
             return Err(std::io::Error::other(format!(
-                "unknown mode {bad:?} (known: global, dlock, lockref, rcuwalk, norefs, packed, split, locked, batch, percpu, host, papaya, dashmap, and + combinations)"
+                "unknown mode {bad:?} (known: global, dlock, lockref, rcuwalk, norefs, packed, split, mutex, rwlock, lockless, locked, batch, percpu, host, papaya, dashmap, and + combinations)"
             )));
         }
     }
     let threads = parse_threads(&args.threads)?;
     let max_threads = *threads.iter().max().unwrap();
     let duration = Duration::from_secs_f64(args.duration.max(0.01));
-    let ctx = Ctx { host_dir: args.host_dir.clone(), tree_files: args.tree_files };
+    let ctx = Ctx {
+        host_dir: args.host_dir.clone(),
+        tree_files: args.tree_files,
+        write_share: args.write_share.clamp(0.0, 1.0),
+    };
 
     let plan: Vec<(&workloads::Workload, Vec<String>)> = selected
         .iter()
@@ -270,7 +281,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                     backend: args.backend.clone(),
                     config: vfs_config(m)
                         .filter(|_| !matches!(m.as_str(), "host" | "papaya" | "dashmap"))
-                        .map(|(r, l)| Config { refs: r.name(), layout: l.name() }),
+                        .map(|c| Config { refs: c.refs.name(), layout: c.layout.name(), page_cache: c.cache.name() }),
                     false_negatives: fneg,
                     create_seconds: None,
                 });

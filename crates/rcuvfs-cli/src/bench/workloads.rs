@@ -9,13 +9,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use rcuvfs::{Layout, OpenOptions, RefMode, Vfs};
+use rcuvfs::{CacheMode, File, Layout, OpenOptions, RefMode, Vfs};
 
 /// What a workload needs from the run.
 pub struct Ctx {
     pub host_dir: PathBuf,
     /// Files in the tree-walk tree.
     pub tree_files: usize,
+    /// pagecache-mix: the share of operations that write (0 to 1).
+    pub write_share: f64,
 }
 
 /// One workload prepared in one mode: many threads run its operation.
@@ -86,22 +88,53 @@ pub static WORKLOADS: &[Workload] = &[
         modes: &[REF_MODES[0], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
         build: tree_walk,
     },
+    Workload {
+        name: "dd-write",
+        seed: "001",
+        op: "1-byte write, sequential over a 2 MiB file per thread (dd bs=1)",
+        modes: &["mutex", "rwlock", "lockless", "host"],
+        build: |c, m, t| dd(c, m, t, true),
+    },
+    Workload {
+        name: "dd-read",
+        seed: "001",
+        op: "1-byte read, sequential over a 2 MiB file per thread (dd bs=1)",
+        modes: &["mutex", "rwlock", "lockless", "host"],
+        build: |c, m, t| dd(c, m, t, false),
+    },
+    Workload {
+        name: "pagecache-mix",
+        seed: "001",
+        op: "64-byte read or write at a random offset of 4 shared 1 MiB files (--write-share writes)",
+        modes: &["mutex", "rwlock", "lockless", "host"],
+        build: pagecache_mix,
+    },
 ];
+
+/// Every axis of a Vfs configuration.
+#[derive(Clone, Copy)]
+pub struct VfsConfig {
+    pub refs: RefMode,
+    pub layout: Layout,
+    pub cache: CacheMode,
+}
 
 /// The Vfs configuration a mode name stands for: each `+`-separated part
 /// sets its axis; the others keep their defaults.
-pub fn vfs_config(name: &str) -> Option<(RefMode, Layout)> {
-    let (mut mode, mut layout) = (RefMode::default(), Layout::default());
+pub fn vfs_config(name: &str) -> Option<VfsConfig> {
+    let mut c = VfsConfig { refs: RefMode::default(), layout: Layout::default(), cache: CacheMode::default() };
     for part in name.split('+') {
         if let Some(m) = RefMode::from_name(part) {
-            mode = m;
+            c.refs = m;
         } else if let Some(l) = Layout::from_name(part) {
-            layout = l;
+            c.layout = l;
+        } else if let Some(p) = CacheMode::from_name(part) {
+            c.cache = p;
         } else {
             return None;
         }
     }
-    Some((mode, layout))
+    Some(c)
 }
 
 pub fn is_known_mode(name: &str) -> bool {
@@ -109,8 +142,8 @@ pub fn is_known_mode(name: &str) -> bool {
 }
 
 fn new_vfs(mode: &str) -> std::io::Result<Vfs> {
-    let (m, l) = vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
-    Vfs::builder().mode(m).layout(l).build()
+    let c = vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
+    Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache).build()
 }
 
 fn unsupported(mode: &str, workload: &str) -> std::io::Error {
@@ -564,6 +597,171 @@ fn tree_walk(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn 
                 }
             }
             Ok(Arc::new(VfsTree { vfs, dirs }))
+        }
+    }
+}
+
+// ------------------------------------------------------------- page cache
+
+const DD_SIZE: u64 = 2 << 20;
+
+struct VfsDd {
+    files: Vec<File>,
+    write: bool,
+}
+
+impl Target for VfsDd {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let f = &self.files[thread % self.files.len()];
+        let mut pos = 0u64;
+        let mut b = [0u8; 1];
+        batches(stop, count, || {
+            if self.write {
+                f.write_at(&[pos as u8], pos).expect("write");
+            } else {
+                f.read_at(&mut b, pos).expect("read");
+                std::hint::black_box(b);
+            }
+            pos = (pos + 1) % DD_SIZE;
+        });
+    }
+}
+
+struct HostDd {
+    _dir: HostDir,
+    fds: Vec<std::fs::File>,
+    write: bool,
+}
+
+impl Target for HostDd {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        use std::os::unix::fs::FileExt;
+        let f = &self.fds[thread % self.fds.len()];
+        let mut pos = 0u64;
+        let mut b = [0u8; 1];
+        batches(stop, count, || {
+            if self.write {
+                f.write_at(&[pos as u8], pos).expect("write");
+            } else {
+                f.read_at(&mut b, pos).expect("read");
+                std::hint::black_box(b);
+            }
+            pos = (pos + 1) % DD_SIZE;
+        });
+    }
+}
+
+fn dd(ctx: &Ctx, mode: &str, threads: usize, write: bool) -> std::io::Result<Arc<dyn Target>> {
+    let content = vec![0x5Au8; DD_SIZE as usize];
+    match mode {
+        "papaya" | "dashmap" => Err(unsupported(mode, "dd")),
+        "host" => {
+            let dir = HostDir::new(ctx, "dd")?;
+            let mut fds = Vec::new();
+            for t in 0..threads {
+                let p = dir.0.join(format!("f{t}"));
+                std::fs::write(&p, &content)?;
+                fds.push(std::fs::OpenOptions::new().read(true).write(true).open(&p)?);
+            }
+            Ok(Arc::new(HostDd { _dir: dir, fds, write }))
+        }
+        m => {
+            let vfs = new_vfs(m)?;
+            let mut files = Vec::new();
+            for t in 0..threads {
+                let p = format!("/f{t}");
+                vfs.write(&p, &content)?;
+                files.push(vfs.open(&p, OpenOptions::new().read(true).write(true))?);
+            }
+            Ok(Arc::new(VfsDd { files, write }))
+        }
+    }
+}
+
+const MIX_FILES: usize = 4;
+const MIX_SIZE: u64 = 1 << 20;
+
+/// A small xorshift generator per thread: no shared state in the loop.
+fn next(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+fn mix_op(x: &mut u64, write_share: f64) -> (usize, u64, bool) {
+    let r = next(x);
+    let file = (r % MIX_FILES as u64) as usize;
+    let off = (r >> 8) % (MIX_SIZE - 64);
+    let write = ((r >> 40) as f64 / (1u64 << 24) as f64) < write_share;
+    (file, off, write)
+}
+
+struct VfsMix {
+    files: Vec<File>,
+    write_share: f64,
+}
+
+impl Target for VfsMix {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (thread as u64 + 1);
+        let mut buf = [0u8; 64];
+        batches(stop, count, || {
+            let (f, off, write) = mix_op(&mut x, self.write_share);
+            if write {
+                self.files[f].write_at(&buf, off).expect("write");
+            } else {
+                self.files[f].read_at(&mut buf, off).expect("read");
+            }
+        });
+    }
+}
+
+struct HostMix {
+    _dir: HostDir,
+    fds: Vec<std::fs::File>,
+    write_share: f64,
+}
+
+impl Target for HostMix {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        use std::os::unix::fs::FileExt;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (thread as u64 + 1);
+        let mut buf = [0u8; 64];
+        batches(stop, count, || {
+            let (f, off, write) = mix_op(&mut x, self.write_share);
+            if write {
+                self.fds[f].write_at(&buf, off).expect("write");
+            } else {
+                self.fds[f].read_at(&mut buf, off).expect("read");
+            }
+        });
+    }
+}
+
+fn pagecache_mix(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
+    let content = vec![0x33u8; MIX_SIZE as usize];
+    match mode {
+        "papaya" | "dashmap" => Err(unsupported(mode, "pagecache-mix")),
+        "host" => {
+            let dir = HostDir::new(ctx, "mix")?;
+            let mut fds = Vec::new();
+            for i in 0..MIX_FILES {
+                let p = dir.0.join(format!("m{i}"));
+                std::fs::write(&p, &content)?;
+                fds.push(std::fs::OpenOptions::new().read(true).write(true).open(&p)?);
+            }
+            Ok(Arc::new(HostMix { _dir: dir, fds, write_share: ctx.write_share }))
+        }
+        m => {
+            let vfs = new_vfs(m)?;
+            let mut files = Vec::new();
+            for i in 0..MIX_FILES {
+                let p = format!("/m{i}");
+                vfs.write(&p, &content)?;
+                files.push(vfs.open(&p, OpenOptions::new().read(true).write(true))?);
+            }
+            Ok(Arc::new(VfsMix { files, write_share: ctx.write_share }))
         }
     }
 }

@@ -716,6 +716,8 @@ fn atime_due(policy: AtimePolicy, st: &State, now: Timespec) -> bool {
     match policy {
         AtimePolicy::Noatime => false,
         AtimePolicy::Strict => true,
-        AtimePolicy::Relatime => st.atime <= st.mtime || st.atime <= st.ctime || now.sec - st.atime.sec >= 24 * 3600,
+        AtimePolicy::Relatime => {
+            st.atime != now && (st.atime <= st.mtime || st.atime <= st.ctime || now.sec - st.atime.sec >= 24 * 3600)
+        }
     }
 }
