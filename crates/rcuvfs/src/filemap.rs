@@ -39,13 +39,19 @@
 //! (Acquire): a read that starts after a write returned sees the write, and
 //! one that starts after a truncate returned sees nothing past the new end.
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+#[cfg(not(loom))]
 use std::sync::OnceLock;
+
+use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::error::{fail, Result, EFBIG};
 use crate::sync::{Mutex, Rcu, SeqCount};
 
+#[cfg(not(loom))]
 pub const PAGE: usize = 4096;
+/// Under loom a page is two words: the same protocol, a tractable model.
+#[cfg(loom)]
+pub const PAGE: usize = 16;
 const WORDS: usize = PAGE / 8;
 /// The largest file (like tmpfs's `s_maxbytes`, but sized to memory).
 pub const MAX_FILE_SIZE: u64 = 1 << 40;
@@ -76,9 +82,17 @@ impl CacheMode {
 }
 
 /// The RCU domain of all page caches (pages outlive any one Vfs view).
+#[cfg(not(loom))]
 fn rcu() -> &'static Rcu {
     static RCU: OnceLock<Rcu> = OnceLock::new();
     RCU.get_or_init(Rcu::new)
+}
+
+/// Under loom: a stand-in that never frees (loom objects cannot live in a
+/// static across executions), which keeps every reader's page valid.
+#[cfg(loom)]
+fn rcu() -> &'static Rcu {
+    Box::leak(Box::new(Rcu::new()))
 }
 
 struct Page {
