@@ -374,6 +374,11 @@ mod tests {
     use std::collections::BTreeSet;
     use std::sync::Arc;
 
+    /// A leaked node slice handed back from a thread.
+    struct SendSlice(*const [Node]);
+    // SAFETY: the nodes are Sync; the pointer is only freed by the receiver.
+    unsafe impl Send for SendSlice {}
+
     /// Concurrent adds and deletes leave the list equal to a model.
     #[test]
     fn concurrent_adds_and_deletes_match_a_model() {
@@ -384,12 +389,14 @@ mod tests {
                 .map(|t| {
                     let list = list.clone();
                     std::thread::spawn(move || {
-                        // Boxed up front: a listed node must never move (moving
-                        // the Box later does not move its contents).
-                        let nodes: Box<[Node]> = (0..per).map(|i| Node::new(t * 1_000_000 + i)).collect();
-                        for n in nodes.iter() {
-                            // SAFETY: fresh node at a stable address, kept
-                            // alive by the caller until the list is dropped.
+                        // Leaked up front: a listed node must never move, and
+                        // moving a Box would also assert (Stacked Borrows) that
+                        // nothing else points into it. Freed after the list.
+                        let nodes: &'static [Node] =
+                            Box::leak((0..per).map(|i| Node::new(t * 1_000_000 + i)).collect());
+                        for n in nodes {
+                            // SAFETY: fresh node at a stable address, alive
+                            // until after the list is dropped.
                             unsafe { list.add(n) };
                         }
                         // Delete the even ones; keep the odd ones.
@@ -397,11 +404,11 @@ mod tests {
                             // SAFETY: added above.
                             unsafe { list.del(n) };
                         }
-                        nodes
+                        SendSlice(nodes as *const [Node])
                     })
                 })
                 .collect();
-            let _nodes: Vec<Box<[Node]>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            let nodes: Vec<SendSlice> = threads.into_iter().map(|t| t.join().unwrap()).collect();
             let mut seen = BTreeSet::new();
             list.for_each(|k| assert!(seen.insert(k), "{k} listed twice"));
             let want: BTreeSet<u64> =
@@ -409,6 +416,10 @@ mod tests {
             assert_eq!(seen, want, "{mode:?}");
             assert_eq!(list.len(), want.len());
             drop(list); // before the nodes it links
+            for SendSlice(p) in nodes {
+                // SAFETY: leaked by the thread above; the list is gone.
+                drop(unsafe { Box::from_raw(p as *mut [Node]) });
+            }
         }
     }
 }
