@@ -375,7 +375,7 @@ mod tests {
     use std::sync::Arc;
 
     /// A leaked node slice handed back from a thread.
-    struct SendSlice(*const [Node]);
+    struct SendSlice(*mut [Node]);
     // SAFETY: the nodes are Sync; the pointer is only freed by the receiver.
     unsafe impl Send for SendSlice {}
 
@@ -392,8 +392,11 @@ mod tests {
                         // Leaked up front: a listed node must never move, and
                         // moving a Box would also assert (Stacked Borrows) that
                         // nothing else points into it. Freed after the list.
-                        let nodes: &'static [Node] =
-                            Box::leak((0..per).map(|i| Node::new(t * 1_000_000 + i)).collect());
+                        let raw: *mut [Node] =
+                            Box::into_raw((0..per).map(|i| Node::new(t * 1_000_000 + i)).collect::<Box<[Node]>>());
+                        // SAFETY: just allocated; only shared references are
+                        // made from `raw` until it is freed after the list.
+                        let nodes: &[Node] = unsafe { &*raw };
                         for n in nodes {
                             // SAFETY: fresh node at a stable address, alive
                             // until after the list is dropped.
@@ -404,7 +407,7 @@ mod tests {
                             // SAFETY: added above.
                             unsafe { list.del(n) };
                         }
-                        SendSlice(nodes as *const [Node])
+                        SendSlice(raw)
                     })
                 })
                 .collect();
@@ -418,7 +421,7 @@ mod tests {
             drop(list); // before the nodes it links
             for SendSlice(p) in nodes {
                 // SAFETY: leaked by the thread above; the list is gone.
-                drop(unsafe { Box::from_raw(p as *mut [Node]) });
+                drop(unsafe { Box::from_raw(p) });
             }
         }
     }
