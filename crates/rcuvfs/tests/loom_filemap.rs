@@ -10,15 +10,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use rcuvfs::filemap::{CacheMode, PageCache, PAGE};
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 100_000;
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    b.check(f);
-}
+use rcuvfs::sync::atomic::loom_model as model;
 
 #[test]
 fn loom_lockless_read_sees_one_whole_version() {

@@ -6,16 +6,8 @@
 
 use loom::sync::Arc;
 use loom::thread;
+use rcuvfs::sync::atomic::loom_model as model;
 use rcuvfs::sync::list_batch::{InodeList, ListMode, Node};
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 100_000;
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    b.check(f);
-}
 
 fn keys(list: &InodeList) -> Vec<u64> {
     let mut k = Vec::new();

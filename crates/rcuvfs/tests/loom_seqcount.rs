@@ -5,17 +5,8 @@
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use rcuvfs::sync::atomic::loom_model as model;
 
-/// Spin-then-park loops are scheduling points; bound preemptions so the
-/// models finish, and allow the long paths a parked waiter produces.
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 100_000;
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    b.check(f);
-}
 use rcuvfs::sync::{SeqCount, SeqLock};
 
 /// A reader whose read_retry passes saw both fields from the same write.

@@ -17,6 +17,7 @@ use crate::cred::Cred;
 use crate::error::{fail, Result, ENOENT};
 use crate::fs::{Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, StatFs, Timespec, WritePos};
 use crate::namei::Walk;
+use crate::sync::atomic::loom_model as model;
 
 /// Inodes below 10 are directories, the rest files; nothing else exists.
 struct Stub;
@@ -91,15 +92,6 @@ impl FileSystem for Stub {
     fn statfs(&self) -> Result<StatFs> {
         Ok(StatFs::default())
     }
-}
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 100_000;
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    b.check(f);
 }
 
 fn cache() -> Arc<Dcache> {

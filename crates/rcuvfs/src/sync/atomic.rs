@@ -104,3 +104,17 @@ pub const SPIN_LIMIT: u32 = 64;
 /// Under loom every spin is a scheduling point: keep the state space small.
 #[cfg(loom)]
 pub const SPIN_LIMIT: u32 = 1;
+
+/// Runs a loom model with the settings every model here uses: a preemption
+/// bound of 2 (unless `LOOM_MAX_PREEMPTIONS` says otherwise), because
+/// spin-then-park loops are scheduling points, and room for the long paths
+/// a parked waiter produces.
+#[cfg(loom)]
+pub fn loom_model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 100_000;
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    b.check(f);
+}

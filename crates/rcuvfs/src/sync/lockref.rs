@@ -23,7 +23,7 @@
 //! lock holder sees a count that nobody else changes. After [`CAS_RETRIES`]
 //! failed CASes (contention) or on finding the lock held, an operation either
 //! takes the lock (`get`, `put_or_lock`) or reports failure (`put_return`,
-//! like the kernel's). The lock spins [`SPIN_LIMIT`] times and then parks:
+//! like the kernel's). The lock spins [`SPIN_LIMIT`](super::atomic::SPIN_LIMIT) times and then parks:
 //! never a pure spinlock, because a userspace holder can be preempted.
 //!
 //! # Orderings
@@ -37,7 +37,7 @@
 //!   decrements form a release sequence read by the locker's CAS).
 //! - Unlock is a `Release` RMW pairing with the next `Acquire` lock.
 
-use super::atomic::{park, spin_hint, unpark_all, AtomicU64, Ordering, SPIN_LIMIT};
+use super::atomic::{spin_hint, unpark_all, AtomicU64, Ordering};
 
 const LOCKED: u64 = 1;
 const PARKED: u64 = 2;
@@ -192,7 +192,7 @@ impl Lockref {
         count_of(self.word.load(Ordering::Relaxed))
     }
 
-    /// Takes the lock: spins [`SPIN_LIMIT`] times, then parks.
+    /// Takes the lock: spins [`SPIN_LIMIT`](super::atomic::SPIN_LIMIT) times, then parks.
     #[inline]
     pub fn lock(&self) -> LockrefGuard<'_> {
         let old = self.word.load(Ordering::Relaxed);
@@ -207,32 +207,7 @@ impl Lockref {
 
     #[cold]
     fn lock_slow(&self) {
-        let mut spins = 0;
-        loop {
-            let w = self.word.load(Ordering::Relaxed);
-            if w & LOCKED == 0 {
-                if self.word.compare_exchange_weak(w, w | LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                    return;
-                }
-                continue;
-            }
-            if spins < SPIN_LIMIT {
-                spins += 1;
-                spin_hint();
-                continue;
-            }
-            if w & PARKED == 0
-                && self.word.compare_exchange_weak(w, w | PARKED, Ordering::Relaxed, Ordering::Relaxed).is_err()
-            {
-                continue;
-            }
-            let addr = self.addr();
-            park(addr, || {
-                let w = self.word.load(Ordering::Relaxed);
-                w & LOCK_MASK == LOCK_MASK
-            });
-            spins = 0;
-        }
+        super::mutex::lock_slow(&self.word, LOCKED, PARKED);
     }
 
     fn addr(&self) -> usize {

@@ -58,28 +58,7 @@ impl RawMutex {
 
     #[cold]
     fn lock_slow(&self) {
-        let mut spins = 0;
-        loop {
-            let s = self.state.load(Ordering::Relaxed);
-            if s & LOCKED == 0 {
-                if self.state.compare_exchange_weak(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                    return;
-                }
-                continue;
-            }
-            if spins < SPIN_LIMIT {
-                spins += 1;
-                spin_hint();
-                continue;
-            }
-            if s & PARKED == 0
-                && self.state.compare_exchange_weak(s, s | PARKED, Ordering::Relaxed, Ordering::Relaxed).is_err()
-            {
-                continue;
-            }
-            park(self.addr(), || self.state.load(Ordering::Relaxed) == LOCKED | PARKED);
-            spins = 0;
-        }
+        lock_slow(&self.state, LOCKED as u64, PARKED as u64);
     }
 
     /// # Safety
@@ -99,6 +78,68 @@ impl RawMutex {
 
     fn addr(&self) -> usize {
         &self.state as *const _ as usize
+    }
+}
+
+/// A lock word with a `locked` and a `parked` bit (and possibly other bits
+/// the lock leaves alone: the lockref's count).
+pub(crate) trait LockWord {
+    fn load_relaxed(&self) -> u64;
+    /// `compare_exchange_weak` with the given success ordering (failure:
+    /// Relaxed).
+    fn cas_weak(&self, old: u64, new: u64, success: Ordering) -> bool;
+    fn key(&self) -> usize;
+}
+
+impl LockWord for AtomicU8 {
+    fn load_relaxed(&self) -> u64 {
+        u64::from(self.load(Ordering::Relaxed))
+    }
+    fn cas_weak(&self, old: u64, new: u64, success: Ordering) -> bool {
+        self.compare_exchange_weak(old as u8, new as u8, success, Ordering::Relaxed).is_ok()
+    }
+    fn key(&self) -> usize {
+        self as *const Self as usize
+    }
+}
+
+impl LockWord for super::atomic::AtomicU64 {
+    fn load_relaxed(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
+    fn cas_weak(&self, old: u64, new: u64, success: Ordering) -> bool {
+        self.compare_exchange_weak(old, new, success, Ordering::Relaxed).is_ok()
+    }
+    fn key(&self) -> usize {
+        self as *const Self as usize
+    }
+}
+
+/// The contended path of every spin-then-park lock here (the mutex and the
+/// lockref's `d_lock`): spin [`SPIN_LIMIT`] times while the word reads
+/// locked; then set `parked` and park while the word still reads both
+/// bits; on wake-up, start over. Acquiring is a CAS setting `locked`
+/// (Acquire, pairing with the unlocker's Release), keeping the other bits.
+pub(crate) fn lock_slow<W: LockWord>(word: &W, locked: u64, parked: u64) {
+    let mut spins = 0;
+    loop {
+        let w = word.load_relaxed();
+        if w & locked == 0 {
+            if word.cas_weak(w, w | locked, Ordering::Acquire) {
+                return;
+            }
+            continue;
+        }
+        if spins < SPIN_LIMIT {
+            spins += 1;
+            spin_hint();
+            continue;
+        }
+        if w & parked == 0 && !word.cas_weak(w, w | parked, Ordering::Relaxed) {
+            continue;
+        }
+        park(word.key(), || word.load_relaxed() & (locked | parked) == locked | parked);
+        spins = 0;
     }
 }
 
