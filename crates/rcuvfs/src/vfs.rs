@@ -80,6 +80,8 @@ pub struct VfsBuilder {
     layout: Layout,
     inode_list: ListMode,
     buckets: usize,
+    dcache_target: usize,
+    negative_dentries: Option<usize>,
 }
 
 impl VfsBuilder {
@@ -134,6 +136,22 @@ impl VfsBuilder {
         self
     }
 
+    /// The dentries the cache holds itself to (1,048,576 by default): past
+    /// it, the allocating thread prunes unused dentries, least recently used
+    /// first, with a second chance for referenced ones. Evicted names are
+    /// found again through the filesystem.
+    pub fn dcache_target(mut self, dentries: usize) -> Self {
+        self.dcache_target = dentries;
+        self
+    }
+
+    /// The negative dentries (cached misses) the cache keeps at most:
+    /// a quarter of the dcache target by default.
+    pub fn negative_dentries(mut self, n: usize) -> Self {
+        self.negative_dentries = Some(n);
+        self
+    }
+
     /// Buckets in the dentry hash table (a power of two; 65536 by default).
     pub fn hash_buckets(mut self, n: usize) -> Self {
         self.buckets = n;
@@ -154,6 +172,8 @@ impl VfsBuilder {
             self.layout == Layout::Packed,
             self.mode.locks_every_reference(),
             self.inode_list,
+            self.dcache_target,
+            self.negative_dentries.unwrap_or(self.dcache_target / 4),
         )?;
         let shared = Shared {
             dc,
@@ -425,6 +445,8 @@ impl Vfs {
             layout: Layout::default(),
             inode_list: ListMode::default(),
             buckets: 1 << 16,
+            dcache_target: 1 << 20,
+            negative_dentries: None,
         }
     }
 
@@ -635,6 +657,8 @@ impl Vfs {
         if d.seq.read_retry(seq) {
             return None;
         }
+        // Second chance for the LRU: a store only if the bit is clear.
+        crate::dcache::mark_referenced(d);
         Some(Ok(attr))
     }
 

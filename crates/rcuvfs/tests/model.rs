@@ -639,9 +639,10 @@ proptest! {
         layout in prop::sample::select(Layout::ALL.to_vec()),
         list in prop::sample::select(ListMode::ALL.to_vec()),
         cache in prop::sample::select(CacheMode::ALL.to_vec()),
+        target in prop::option::of(16usize..48),
         drop_caches_at in prop::option::of(0usize..60),
     ) {
-        let root = Vfs::builder().mode(mode).layout(layout).inode_list(list).page_cache(cache).hash_buckets(64).build().unwrap();
+        let root = Vfs::builder().mode(mode).layout(layout).inode_list(list).page_cache(cache).hash_buckets(64).dcache_target(target.unwrap_or(1 << 20)).build().unwrap();
         let user = root.with_cred(Cred::new(USER, USER, &[]));
         let counters = root.live_counters();
         let mut sut = Sut { root, user, held: Vec::new(), held_model: Vec::new() };

@@ -17,13 +17,18 @@ use rcuvfs::{Layout, RefMode, RenameFlags, Vfs};
 fn a_stable_name_is_never_reported_missing() {
     for mode in RefMode::ALL {
         for layout in Layout::ALL {
-            stable_names_under_a_rename_storm(mode, layout);
+            stable_names_under_a_rename_storm(mode, layout, 1 << 20);
         }
+    }
+    // And with the shrinker busy: a target smaller than the tree, so that
+    // dentries are evicted and found again while the storm runs.
+    for mode in [RefMode::RcuWalk, RefMode::NoRefs] {
+        stable_names_under_a_rename_storm(mode, Layout::Split, 32);
     }
 }
 
-fn stable_names_under_a_rename_storm(mode: RefMode, layout: Layout) {
-    let v = Vfs::builder().mode(mode).layout(layout).hash_buckets(16).build().unwrap();
+fn stable_names_under_a_rename_storm(mode: RefMode, layout: Layout, target: usize) {
+    let v = Vfs::builder().mode(mode).layout(layout).hash_buckets(16).dcache_target(target).build().unwrap();
     for d in ["/s", "/s/deep", "/s/deep/er", "/m", "/m/p1", "/m/p2", "/m/p1/moving"] {
         v.create_dir(d).unwrap();
     }

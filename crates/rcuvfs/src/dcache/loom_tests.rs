@@ -95,7 +95,7 @@ impl FileSystem for Stub {
 }
 
 fn cache() -> Arc<Dcache> {
-    Arc::new(Dcache::new(Arc::new(Stub), 1, false, false, Default::default()).unwrap())
+    Arc::new(Dcache::new(Arc::new(Stub), 1, false, false, Default::default(), 1 << 20, 1 << 18).unwrap())
 }
 
 /// Adds `name` -> file `ino` under the root, and leaves it cached, unused.

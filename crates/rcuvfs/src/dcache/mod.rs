@@ -97,6 +97,25 @@ pub const HASHED: u32 = 1;
 pub const ROOT: u32 = 2;
 /// This dentry keeps its count in line 0 (the `packed` layout).
 pub const PACKED: u32 = 4;
+/// Looked up since the shrinker last passed (second chance). Set only
+/// where clear (test, then set), so a hot dentry costs no store.
+pub const REFERENCED: u32 = 8;
+/// On the LRU list (changed under `Dcache::lru`).
+pub const ON_LRU: u32 = 16;
+
+/// Links of the LRU list, touched only under `Dcache::lru`.
+struct LruLinks {
+    prev: *const Dentry,
+    next: *const Dentry,
+}
+
+/// The LRU list of unused dentries (Linux `s_dentry_lru`): a dentry joins
+/// it when its count drops to zero, and stays (lazily) while it is used
+/// again; the shrinker drops the ones it finds in use.
+struct Lru {
+    head: *const Dentry,
+    tail: *const Dentry,
+}
 
 /// Links of the dentry tree, touched only under `Dcache::tree_lock`.
 struct TreeLinks {
@@ -128,6 +147,7 @@ pub(crate) struct Dentry {
     /// The count in the `split` layout.
     lockref_split: Lockref,
     tree: UnsafeCell<TreeLinks>,
+    lru: UnsafeCell<LruLinks>,
 }
 
 // SAFETY: the atomics are shared freely; `tree` is touched only under
@@ -198,6 +218,16 @@ impl Dentry {
     unsafe fn links(&self) -> &mut TreeLinks {
         // SAFETY: the caller holds tree_lock, which serializes all access.
         unsafe { &mut *self.tree.get() }
+    }
+}
+
+/// Sets `REFERENCED` on `d` unless it is set already: a lookup of a hot
+/// dentry stores nothing.
+#[inline]
+pub(crate) fn mark_referenced(d: &Dentry) {
+    if d.flags.load(Ordering::Relaxed) & REFERENCED == 0 {
+        d.flags.fetch_or(REFERENCED, Ordering::Relaxed);
+        crate::sync::audit::shared_writes(1);
     }
 }
 
@@ -294,6 +324,11 @@ pub(crate) struct Dcache {
     pub itable: InodeTable,
     pub counters: Arc<LiveCounters>,
     pub rcu: Rcu,
+    lru: Mutex<Lru>,
+    /// Dentries the shrinker holds the cache to.
+    target: usize,
+    /// Negative dentries the shrinker holds the cache to.
+    negative_target: usize,
 }
 
 // SAFETY: `root` is owned by the cache and lives as long as it; everything
@@ -311,6 +346,8 @@ impl Dcache {
         packed: bool,
         lock_only: bool,
         list: crate::sync::list_batch::ListMode,
+        target: usize,
+        negative_target: usize,
     ) -> std::io::Result<Dcache> {
         let layout = if packed { PACKED } else { 0 };
         let n = buckets.next_power_of_two().max(1);
@@ -325,6 +362,9 @@ impl Dcache {
             mask: (n - 1) as u64,
             tree_lock: Mutex::new(()),
             rename_lock: SeqLock::new(),
+            lru: Mutex::new(Lru { head: ptr::null(), tail: ptr::null() }),
+            target: target.max(16),
+            negative_target,
             root: ptr::null(),
             itable: InodeTable::new(list),
             counters,
@@ -348,6 +388,7 @@ impl Dcache {
                 next_sibling: ptr::null(),
                 prev_sibling: ptr::null(),
             }),
+            lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
         }));
         // SAFETY: just allocated, not yet shared.
         unsafe { (*root).parent.store(root, Ordering::Relaxed) };
@@ -515,6 +556,7 @@ impl Dcache {
                 next_sibling: ptr::null(),
                 prev_sibling: ptr::null(),
             }),
+            lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
         }));
         // SAFETY: just allocated; published below.
         let dr = unsafe { &*d };
@@ -523,7 +565,144 @@ impl Dcache {
         unsafe { self.link_child(parent, dr) };
         self.hash_insert(dr, hash);
         self.counters.add_dentry(1, inode.is_null());
+        drop(_t);
+        self.shrink_to_target();
         DRef { d: dr, dc: self }
+    }
+
+    /// Runs the shrinker if the cache is past its size target or its
+    /// negative-dentry target: in the allocating thread, a batch at a time.
+    fn shrink_to_target(&self) {
+        let (n, neg) = (self.counters.dentries(), self.counters.negative_dentries());
+        let slack = (self.target / 64).max(8) as i64;
+        if neg > self.negative_target as i64 + slack {
+            self.shrink((neg - self.negative_target as i64) as usize, true);
+        }
+        if n > self.target as i64 + slack {
+            self.shrink((n - self.target as i64) as usize, false);
+        }
+    }
+
+    /// Notes that `d`'s count just reached zero while hashed: it goes on the
+    /// LRU (referenced), or, already there, is marked referenced.
+    fn lru_add(&self, d: &Dentry) {
+        let f = d.flags.load(Ordering::Relaxed);
+        if f & ROOT != 0 {
+            return;
+        }
+        if f & ON_LRU == 0 {
+            let mut lru = self.lru.lock();
+            if d.flags.load(Ordering::Relaxed) & ON_LRU == 0 {
+                d.flags.fetch_or(ON_LRU | REFERENCED, Ordering::Relaxed);
+                crate::sync::audit::shared_writes(1);
+                // SAFETY: the lru lock is held; `d` is live (its count just
+                // dropped, and only killers unlink it, under this lock).
+                unsafe {
+                    let l = &mut *d.lru.get();
+                    l.prev = lru.tail;
+                    l.next = ptr::null();
+                    match lru.tail.as_ref() {
+                        Some(t) => (*t.lru.get()).next = d,
+                        None => lru.head = d,
+                    }
+                    lru.tail = d;
+                }
+            }
+        } else {
+            mark_referenced(d);
+        }
+    }
+
+    /// Takes `d` off the LRU. The caller holds the lru lock.
+    ///
+    /// # Safety
+    /// `d` is on the list.
+    unsafe fn lru_unlink(lru: &mut Lru, d: &Dentry) {
+        // SAFETY: the lru lock is held (caller); members are live.
+        unsafe {
+            let l = &mut *d.lru.get();
+            match l.prev.as_ref() {
+                Some(p) => (*p.lru.get()).next = l.next,
+                None => lru.head = l.next,
+            }
+            match l.next.as_ref() {
+                Some(n) => (*n.lru.get()).prev = l.prev,
+                None => lru.tail = l.prev,
+            }
+            l.prev = ptr::null();
+            l.next = ptr::null();
+        }
+        d.flags.fetch_and(!ON_LRU, Ordering::Relaxed);
+    }
+
+    /// The shrinker (`prune_dcache`): frees up to `want` unused dentries
+    /// (only negative ones if `negatives_only`), giving each referenced one
+    /// a second chance: its bit is cleared and it goes to the back; on the
+    /// next pass it is freed. Holds `tree_lock` (lookups do not take it).
+    pub fn shrink(&self, want: usize, negatives_only: bool) {
+        let _t = self.tree_lock.lock();
+        let mut freed = 0;
+        // A bounded walk (Linux's `nr_to_scan`): twice what we must free, so
+        // that one call cannot sweep the whole list, clearing every bit and
+        // then freeing what was just spared; the next allocation continues.
+        // A negatives-only pass may walk the whole list: it skips positives.
+        let mut budget = if negatives_only { self.counters.dentries().max(0) as usize + 16 } else { 2 * want + 16 };
+        while freed < want && budget > 0 {
+            budget -= 1;
+            let victim = {
+                let mut lru = self.lru.lock();
+                // SAFETY: members of the list are live (killers unlink them
+                // under this lock before retiring them).
+                let Some(d) = (unsafe { lru.head.as_ref() }) else { break };
+                let f = d.flags.load(Ordering::Relaxed);
+                // SAFETY: `d` is on the list; lock held.
+                unsafe { Self::lru_unlink(&mut lru, d) };
+                if d.lockref().count_hint() != 0 {
+                    continue; // in use: off the list until its count drops
+                }
+                let positive = !d.inode.load(Ordering::Relaxed).is_null();
+                let back = (negatives_only && positive) || f & REFERENCED != 0;
+                if back {
+                    if !(negatives_only && positive) {
+                        // Spend the second chance (a pass for negatives
+                        // only does not judge positives).
+                        d.flags.fetch_and(!REFERENCED, Ordering::Relaxed);
+                    }
+                    // Re-append (second chance, or not a negative).
+                    d.flags.fetch_or(ON_LRU, Ordering::Relaxed);
+                    // SAFETY: lock held; `d` is live and off the list.
+                    unsafe {
+                        let l = &mut *d.lru.get();
+                        l.prev = lru.tail;
+                        l.next = ptr::null();
+                        match lru.tail.as_ref() {
+                            Some(t) => (*t.lru.get()).next = d,
+                            None => lru.head = d,
+                        }
+                        lru.tail = d;
+                    }
+                    continue;
+                }
+                d
+            };
+            // Free it, if still unused, hashed and childless. No other
+            // thread can kill a hashed dentry without tree_lock, which we
+            // hold, so `victim` is still live.
+            let mut g = victim.lockref().lock();
+            // SAFETY: tree_lock held.
+            let childless = unsafe { victim.links().first_child.is_null() };
+            if g.count() != 0 || victim.flags.load(Ordering::Relaxed) & HASHED == 0 || !childless {
+                continue;
+            }
+            self.hash_remove(victim, victim.name().hash);
+            victim.flags.fetch_and(!HASHED, Ordering::Relaxed);
+            victim.seq.invalidate();
+            g.mark_dead();
+            drop(g);
+            // SAFETY: tree_lock held; dead and unhashed.
+            unsafe { self.kill_locked(victim) };
+            freed += 1;
+        }
     }
 
     /// # Safety
@@ -670,6 +849,13 @@ impl Dcache {
         loop {
             // SAFETY: `d` is dead but not yet retired.
             let dr = unsafe { &*d };
+            if dr.flags.load(Ordering::Relaxed) & ON_LRU != 0 {
+                let mut lru = self.lru.lock();
+                if dr.flags.load(Ordering::Relaxed) & ON_LRU != 0 {
+                    // SAFETY: on the list; lock held.
+                    unsafe { Self::lru_unlink(&mut lru, dr) };
+                }
+            }
             let parent = dr.parent.load(Ordering::Relaxed);
             // SAFETY: tree_lock is held.
             unsafe { self.unlink_child(&*parent, dr) };
@@ -694,6 +880,8 @@ impl Dcache {
                 Some(mut g) => {
                     if p.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
                         g.set_count(g.count() - 1);
+                        drop(g);
+                        self.lru_add(p);
                         return;
                     }
                     g.mark_dead();
@@ -720,6 +908,7 @@ impl Dcache {
                 // `d_drop` released, its `HASHED` clear is visible below.
                 crate::sync::atomic::fence(Ordering::Acquire);
                 if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
+                    self.lru_add(d);
                     return;
                 }
                 let mut g = d.lockref().lock();
@@ -741,6 +930,8 @@ impl Dcache {
         let Some(mut g) = d.lockref().put_or_lock() else { return };
         if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
             g.set_count(g.count() - 1);
+            drop(g);
+            self.lru_add(d);
             return;
         }
         g.mark_dead();
@@ -758,6 +949,8 @@ impl Dcache {
         };
         if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
             g.set_count(g.count() - 1);
+            drop(g);
+            self.lru_add(d);
             return;
         }
         g.mark_dead();
