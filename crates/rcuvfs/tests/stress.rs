@@ -82,7 +82,13 @@ fn stable_names_under_a_rename_storm(mode: RefMode, layout: Layout, target: usiz
                 (v.clone(), stable.clone(), false_negatives.clone(), lookups.clone(), barrier.clone());
             thread::spawn(move || {
                 barrier.wait();
-                for _ in 0..scaled(5_000) {
+                // RCUVFS_TORTURE_LOOKUPS sets the total for a long campaign
+                // (README: at least 10 million).
+                let rounds = std::env::var("RCUVFS_TORTURE_LOOKUPS")
+                    .ok()
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .map_or(scaled(5_000), |n| n / 2 / 12 + 1);
+                for _ in 0..rounds {
                     for p in &stable {
                         if v.metadata(p).is_err() {
                             fnn.fetch_add(1, Ordering::Relaxed);
