@@ -266,7 +266,10 @@ impl InodeTable {
             return;
         }
         crate::sync::atomic::fence(Ordering::Acquire);
-        map.remove(&inode.ino);
+        // Free through the pointer `iget` got from `Box::into_raw`: `p` may
+        // derive from a shared reference (a File's), which may not free
+        // (Stacked Borrows).
+        let owned = map.remove(&inode.ino).expect("in-core inode in the table");
         drop(map);
         // SAFETY: added by the `iget` that created it; only this, the last
         // reference, deletes it.
@@ -279,7 +282,7 @@ impl InodeTable {
         // SAFETY: removed from the table, and no dentry or file points here
         // (refs reached zero), so only RCU readers that loaded it earlier
         // can still see it; they are waited out.
-        unsafe { rcu.retire_box(p as *mut Inode) };
+        unsafe { rcu.retire_box(owned as *mut Inode) };
     }
 
     /// Evicts every inode left (teardown, when nothing else can reach

@@ -142,7 +142,11 @@ pub(crate) struct Dentry {
     next: AtomicPtr<Dentry>,
     /// The count in the `packed` layout.
     lockref_packed: Lockref,
-    _pad: [u64; 2],
+    /// Padding to the line. Atomic, like every other field, so that a
+    /// pointer derived from a shared reference may free the dentry: under
+    /// Stacked Borrows a shared reference grants write access only to
+    /// interior-mutable bytes (Miri caught plain padding here).
+    _pad: [std::sync::atomic::AtomicU64; 2],
     // ---- cache line 1: written by reference changes and updates ----
     /// The count in the `split` layout.
     lockref_split: Lockref,
@@ -381,7 +385,7 @@ impl Dcache {
             inode: AtomicPtr::new(inode as *mut Inode),
             next: AtomicPtr::new(ptr::null_mut()),
             lockref_packed: Lockref::new(1), // pinned for the cache's life
-            _pad: [0; 2],
+            _pad: [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)],
             lockref_split: Lockref::new(1),
             tree: UnsafeCell::new(TreeLinks {
                 first_child: ptr::null(),
@@ -549,7 +553,7 @@ impl Dcache {
             inode: AtomicPtr::new(inode as *mut Inode),
             next: AtomicPtr::new(ptr::null_mut()),
             lockref_packed: self.new_lockref(),
-            _pad: [0; 2],
+            _pad: [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)],
             lockref_split: self.new_lockref(),
             tree: UnsafeCell::new(TreeLinks {
                 first_child: ptr::null(),

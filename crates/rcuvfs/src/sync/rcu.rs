@@ -16,20 +16,28 @@
 //! set. It must not be called from inside a read section of the same `Rcu`:
 //! it would wait for itself.
 //!
-//! Under `--cfg loom` a stand-in keeps every retired object until the `Rcu`
-//! is dropped: trivially safe (nothing is freed while anything may read it),
-//! and it lets loom models check the protocols above the facade.
+//! Under `--cfg loom`, and with the `tsan` feature (ThreadSanitizer cannot
+//! see seize's fence- and membarrier-based protocol and would report every
+//! reclamation as a race), a stand-in keeps every retired object until the
+//! `Rcu` is dropped: trivially safe (nothing is freed while anything may
+//! read it), visible to both tools (a mutex), and it lets them check the
+//! protocols above the facade unchanged.
 
-#[cfg(not(loom))]
+#[cfg(not(any(loom, feature = "tsan")))]
 use seize::{Collector, Guard as _};
+
+#[cfg(loom)]
+use loom::sync::Mutex as DeferMutex;
+#[cfg(all(not(loom), feature = "tsan"))]
+use std::sync::Mutex as DeferMutex;
 
 /// One RCU domain. rcuvfs has one per `Vfs`, so that tests in parallel do
 /// not wait on each other's readers and teardown frees everything at once.
 pub struct Rcu {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, feature = "tsan")))]
     collector: Collector,
-    #[cfg(loom)]
-    deferred: loom::sync::Mutex<Vec<Callback>>,
+    #[cfg(any(loom, feature = "tsan"))]
+    deferred: DeferMutex<Vec<Callback>>,
 }
 
 type Callback = Box<dyn FnOnce() + Send>;
@@ -37,9 +45,9 @@ type Callback = Box<dyn FnOnce() + Send>;
 /// A read-side critical section. Everything reached through RCU-protected
 /// pointers while it lives stays allocated. Not `Send`: it marks this thread.
 pub struct RcuGuard<'a> {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, feature = "tsan")))]
     _guard: seize::LocalGuard<'a>,
-    #[cfg(loom)]
+    #[cfg(any(loom, feature = "tsan"))]
     _rcu: core::marker::PhantomData<(&'a Rcu, *const ())>,
 }
 
@@ -52,10 +60,10 @@ impl Default for Rcu {
 impl Rcu {
     pub fn new() -> Self {
         Self {
-            #[cfg(not(loom))]
+            #[cfg(not(any(loom, feature = "tsan")))]
             collector: Collector::new(),
-            #[cfg(loom)]
-            deferred: loom::sync::Mutex::new(Vec::new()),
+            #[cfg(any(loom, feature = "tsan"))]
+            deferred: DeferMutex::new(Vec::new()),
         }
     }
 
@@ -63,9 +71,9 @@ impl Rcu {
     #[inline]
     pub fn read_lock(&self) -> RcuGuard<'_> {
         RcuGuard {
-            #[cfg(not(loom))]
+            #[cfg(not(any(loom, feature = "tsan")))]
             _guard: self.collector.enter(),
-            #[cfg(loom)]
+            #[cfg(any(loom, feature = "tsan"))]
             _rcu: core::marker::PhantomData,
         }
     }
@@ -75,7 +83,7 @@ impl Rcu {
     /// object `f` frees unreachable for new readers.
     pub fn call_rcu(&self, f: impl FnOnce() + Send + 'static) {
         let cb: *mut Callback = Box::into_raw(Box::new(Box::new(f)));
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, feature = "tsan")))]
         {
             unsafe fn run(cb: *mut Callback, _: &Collector) {
                 // SAFETY: `cb` came from `Box::into_raw` in `call_rcu` and
@@ -87,7 +95,7 @@ impl Rcu {
             // and `run` is its matching reclaimer.
             unsafe { self.collector.retire(cb, run) };
         }
-        #[cfg(loom)]
+        #[cfg(any(loom, feature = "tsan"))]
         {
             // SAFETY: `cb` came from `Box::into_raw` just above.
             let cb = unsafe { Box::from_raw(cb) };
@@ -117,7 +125,8 @@ impl Rcu {
     /// called has ended, and the callbacks queued before it by this thread
     /// have run (`synchronize_rcu` plus `rcu_barrier` for this thread).
     pub fn synchronize(&self) {
-        #[cfg(not(loom))]
+        // The stand-ins free at drop only: nothing to wait for.
+        #[cfg(not(any(loom, feature = "tsan")))]
         {
             use std::sync::atomic::{AtomicBool, Ordering};
             use std::sync::Arc;
@@ -145,7 +154,7 @@ impl Rcu {
     }
 }
 
-#[cfg(loom)]
+#[cfg(any(loom, feature = "tsan"))]
 impl Drop for Rcu {
     fn drop(&mut self) {
         for cb in self.deferred.lock().unwrap().drain(..) {
@@ -154,7 +163,7 @@ impl Drop for Rcu {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(feature = "tsan")))]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
