@@ -1073,10 +1073,14 @@ impl Vfs {
             return fail(EBUSY);
         }
         // The victim's own lock: no name is created in it meanwhile.
-        let _vl = vi.dir_lock.lock();
+        let victim_lock = vi.dir_lock.lock();
         self.shared.fs().rmdir(dir_inode.ino, name)?;
         vi.refresh(self.shared.fs());
         dir_inode.refresh(self.shared.fs());
+        // Unlock before d_delete: it may drop the inode's last reference,
+        // and with no reader about the inode is freed at once. (The fuzzer,
+        // under AddressSanitizer, caught an unlock of a freed inode here.)
+        drop(victim_lock);
         dc.d_delete(&victim);
         Ok(())
     }
