@@ -152,6 +152,9 @@ pub(crate) struct Dentry {
     lockref_split: Lockref,
     tree: UnsafeCell<TreeLinks>,
     lru: UnsafeCell<LruLinks>,
+    /// Explicit (atomic) tail, so the struct has no implicit padding: see
+    /// `_pad` (Miri caught the tail padding too).
+    _tail: [std::sync::atomic::AtomicU64; 2],
 }
 
 // SAFETY: the atomics are shared freely; `tree` is touched only under
@@ -393,6 +396,7 @@ impl Dcache {
                 prev_sibling: ptr::null(),
             }),
             lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
+            _tail: [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)],
         }));
         // SAFETY: just allocated, not yet shared.
         unsafe { (*root).parent.store(root, Ordering::Relaxed) };
@@ -561,6 +565,7 @@ impl Dcache {
                 prev_sibling: ptr::null(),
             }),
             lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
+            _tail: [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)],
         }));
         // SAFETY: just allocated; published below.
         let dr = unsafe { &*d };
