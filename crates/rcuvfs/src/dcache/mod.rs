@@ -605,21 +605,31 @@ impl Dcache {
                 d.flags.fetch_or(ON_LRU | REFERENCED, Ordering::Relaxed);
                 crate::sync::audit::shared_writes(1);
                 // SAFETY: the lru lock is held; `d` is live (its count just
-                // dropped, and only killers unlink it, under this lock).
-                unsafe {
-                    let l = &mut *d.lru.get();
-                    l.prev = lru.tail;
-                    l.next = ptr::null();
-                    match lru.tail.as_ref() {
-                        Some(t) => (*t.lru.get()).next = d,
-                        None => lru.head = d,
-                    }
-                    lru.tail = d;
-                }
+                // dropped, and only killers unlink it, under this lock) and
+                // off the list.
+                unsafe { Self::lru_append(&mut lru, d) };
             }
         } else {
             mark_referenced(d);
         }
+    }
+
+    /// Puts `d` at the LRU's tail. The caller holds the lru lock.
+    ///
+    /// # Safety
+    /// `d` is live and not on the list.
+    unsafe fn lru_append(lru: &mut Lru, d: &Dentry) {
+        // SAFETY: the lru lock is held (caller); members are live.
+        unsafe {
+            let l = &mut *d.lru.get();
+            l.prev = lru.tail;
+            l.next = ptr::null();
+            match lru.tail.as_ref() {
+                Some(t) => (*t.lru.get()).next = d,
+                None => lru.head = d,
+            }
+        }
+        lru.tail = d;
     }
 
     /// Takes `d` off the LRU. The caller holds the lru lock.
@@ -680,16 +690,7 @@ impl Dcache {
                     // Re-append (second chance, or not a negative).
                     d.flags.fetch_or(ON_LRU, Ordering::Relaxed);
                     // SAFETY: lock held; `d` is live and off the list.
-                    unsafe {
-                        let l = &mut *d.lru.get();
-                        l.prev = lru.tail;
-                        l.next = ptr::null();
-                        match lru.tail.as_ref() {
-                            Some(t) => (*t.lru.get()).next = d,
-                            None => lru.head = d,
-                        }
-                        lru.tail = d;
-                    }
+                    unsafe { Self::lru_append(&mut lru, d) };
                     continue;
                 }
                 d
