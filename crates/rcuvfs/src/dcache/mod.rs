@@ -12,9 +12,12 @@
 //! | `Bucket::lock`           | a hash chain's links                                            |
 //! | `Dentry::lockref`'s lock (`d_lock`) | the count's transitions to and from zero, the `HASHED` flag, the inode pointer |
 //! | `Dentry::seq` (seqcount) | written inside `d_lock` or `tree_lock` whenever the name, parent, inode or hashed state changes; invalidated when the dentry dies |
+//! | `Dcache::lru`            | the LRU list's links and every dentry's `ON_LRU` flag     |
 //!
 //! Order: `tree_lock`, then `rename_lock`, then a dentry's `d_lock` (a
 //! parent's before its child's), then a bucket lock, then the inode table.
+//! `lru` is a leaf: taken alone (by `dput`) or under `tree_lock` (by the
+//! shrinker and by kills), never while holding a `d_lock` or a bucket lock.
 //! Directory locks (`Inode::dir_lock`) come before all of these.
 //!
 //! # Dentry states (seed 003, figure 6)
