@@ -73,6 +73,9 @@ pub(crate) struct Inode {
     ctime: Times,
     /// A symlink's target, read once: targets never change.
     pub link: OnceLock<Box<[u8]>>,
+    /// The cached dentries that name this inode (Linux `i_dentry`, seed 003's
+    /// figure 5): hard links are aliases. A leaf lock.
+    pub aliases: Mutex<Vec<usize>>,
     /// A regular file's page cache, when its filesystem keeps one: the
     /// file's size and blocks are read from it.
     pub data: OnceLock<Arc<PageCache>>,
@@ -101,6 +104,7 @@ impl Inode {
             ctime: Times::new(a.ctime),
             link: OnceLock::new(),
             data: OnceLock::new(),
+            aliases: Mutex::new(Vec::new()),
             dir_lock: Mutex::new(()),
             refs: AtomicUsize::new(0),
             nlookup: AtomicU64::new(0),

@@ -493,6 +493,14 @@ impl Vfs {
         Stats { dentries: c.dentries(), negative_dentries: c.negative_dentries(), inodes: c.inodes() }
     }
 
+    /// The paths of the cached names of the object at `path` (its aliases:
+    /// every hard link the dcache holds, found from the inode, seed 003's
+    /// figure 5), sorted. Names not cached are not listed.
+    pub fn aliases(&self, path: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
+        let e = self.entry_nofollow(path)?;
+        Ok(self.shared.dc.alias_paths(e.inode()).into_iter().map(|p| PathBuf::from(OsString::from_vec(p))).collect())
+    }
+
     /// Calls `f` with the number of every in-core inode, from the
     /// superblock's inode list (what unmount eviction and sync walk).
     pub fn for_each_inode(&self, f: impl FnMut(Ino)) {

@@ -514,3 +514,29 @@ fn the_superblock_list_holds_exactly_the_in_core_inodes() {
         assert_eq!(counters.inodes(), 0);
     }
 }
+
+#[test]
+fn every_cached_name_of_an_inode_is_reachable_from_it() {
+    use std::path::PathBuf;
+    let p = |s: &[&str]| s.iter().map(PathBuf::from).collect::<Vec<_>>();
+    let v = vfs();
+    v.create_dir_all("/a").unwrap();
+    v.create_dir_all("/b").unwrap();
+    v.write("/a/f", b"shared").unwrap();
+    v.hard_link("/a/f", "/b/g").unwrap();
+    v.hard_link("/a/f", "/a/h").unwrap();
+    assert_eq!(v.aliases("/b/g").unwrap(), p(&["/a/f", "/a/h", "/b/g"]));
+    // A rename moves the alias; the inode still reaches it.
+    v.rename("/a/h", "/b/h2").unwrap();
+    assert_eq!(v.aliases("/a/f").unwrap(), p(&["/a/f", "/b/g", "/b/h2"]));
+    // Unlinking one name leaves the others working.
+    v.remove_file("/a/f").unwrap();
+    assert_eq!(v.aliases("/b/g").unwrap(), p(&["/b/g", "/b/h2"]));
+    assert_eq!(v.read("/b/g").unwrap(), b"shared");
+    assert_eq!(v.metadata("/b/h2").unwrap().nlink(), 2);
+    // Evicted names come back as they are looked up again.
+    v.drop_caches();
+    assert_eq!(v.aliases("/b/g").unwrap(), p(&["/b/g"]));
+    v.metadata("/b/h2").unwrap();
+    assert_eq!(v.aliases("/b/h2").unwrap(), p(&["/b/g", "/b/h2"]));
+}

@@ -13,6 +13,7 @@
 //! | `Dentry::lockref`'s lock (`d_lock`) | the count's transitions to and from zero, the `HASHED` flag, the inode pointer |
 //! | `Dentry::seq` (seqcount) | written inside `d_lock` or `tree_lock` whenever the name, parent, inode or hashed state changes; invalidated when the dentry dies |
 //! | `Dcache::lru`            | the LRU list's links and every dentry's `ON_LRU` flag     |
+//! | `Inode::aliases`         | an inode's list of the dentries that name it (a leaf)     |
 //!
 //! Order: `tree_lock`, then `rename_lock`, then a dentry's `d_lock` (a
 //! parent's before its child's), then a bucket lock, then the inode table.
@@ -577,6 +578,7 @@ impl Dcache {
         unsafe { self.link_child(parent, dr) };
         self.hash_insert(dr, hash);
         self.counters.add_dentry(1, inode.is_null());
+        Self::alias_add(inode, dr);
         drop(_t);
         self.shrink_to_target();
         DRef { d: dr, dc: self }
@@ -752,6 +754,26 @@ impl Dcache {
         }
     }
 
+    /// Adds `d` to `inode`'s aliases.
+    fn alias_add(inode: *const Inode, d: &Dentry) {
+        // SAFETY: the caller passes a live inode reference to `d`.
+        if let Some(i) = unsafe { inode.as_ref() } {
+            i.aliases.lock().push(d as *const Dentry as usize);
+        }
+    }
+
+    /// Removes `d` from `inode`'s aliases.
+    fn alias_del(inode: *const Inode, d: &Dentry) {
+        // SAFETY: `d` still holds its inode reference (the caller drops it
+        // after this).
+        if let Some(i) = unsafe { inode.as_ref() } {
+            let mut a = i.aliases.lock();
+            if let Some(k) = a.iter().position(|&x| x == d as *const Dentry as usize) {
+                a.swap_remove(k);
+            }
+        }
+    }
+
     /// Turns a negative dentry positive (`d_instantiate`). The caller holds
     /// the parent's directory lock and a reference on `inode`, which passes
     /// to the dentry.
@@ -763,6 +785,7 @@ impl Dcache {
         d.inode.store(inode as *mut Inode, Ordering::Release);
         d.seq.write_end();
         self.counters.negative.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        Self::alias_add(inode, d);
     }
 
     /// Records that `d`'s name was removed (`d_delete`): if the caller's
@@ -778,6 +801,7 @@ impl Dcache {
             let inode = d.inode.swap(ptr::null_mut(), Ordering::Relaxed);
             d.seq.write_end();
             drop(g);
+            Self::alias_del(inode, d);
             self.counters.negative.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if !inode.is_null() {
                 // SAFETY: the dentry owned this reference on the inode.
@@ -873,6 +897,7 @@ impl Dcache {
             // SAFETY: tree_lock is held.
             unsafe { self.unlink_child(&*parent, dr) };
             let inode = dr.inode.swap(ptr::null_mut(), Ordering::Relaxed);
+            Self::alias_del(inode, dr);
             self.counters.add_dentry(-1, inode.is_null());
             if !inode.is_null() {
                 // SAFETY: the dentry owned this reference.
@@ -1033,6 +1058,59 @@ impl Dcache {
             // SAFETY: tree_lock held; `d` held the reference we drop.
             unsafe { self.dput_locked(&*old_parent) };
         }
+    }
+
+    /// The path of `d` from the root (`d_path`), read under the rename
+    /// seqlock so that a concurrent rename cannot give a mix of two paths;
+    /// `None` for an unhashed dentry (a removed name).
+    pub fn d_path(&self, d: &Dentry) -> Option<Vec<u8>> {
+        loop {
+            let _g = self.rcu.read_lock();
+            let Some(s) = self.rename_lock.seqcount().read_begin_spin() else {
+                drop(self.rename_lock.read_locked());
+                continue;
+            };
+            let mut comps: Vec<&[u8]> = Vec::new();
+            let mut cur = d;
+            let mut live = true;
+            while !cur.is_root() {
+                if !cur.is_hashed() {
+                    live = false;
+                    break;
+                }
+                comps.push(&cur.name().bytes);
+                cur = cur.parent();
+            }
+            let mut path = Vec::new();
+            for c in comps.iter().rev() {
+                path.push(b'/');
+                path.extend_from_slice(c);
+            }
+            if self.rename_lock.read_retry(s) {
+                continue;
+            }
+            if !live {
+                return None;
+            }
+            if path.is_empty() {
+                path.push(b'/');
+            }
+            return Some(path);
+        }
+    }
+
+    /// The paths of the cached, hashed dentries that name `inode` (its
+    /// aliases: hard links), sorted.
+    pub fn alias_paths(&self, inode: &Inode) -> Vec<Vec<u8>> {
+        let _g = self.rcu.read_lock();
+        let ds: Vec<usize> = inode.aliases.lock().clone();
+        // SAFETY: a dentry on an inode's alias list is live until it leaves
+        // the list (kill, d_delete), and it is freed only through RCU, whose
+        // read section we are in.
+        let mut out: Vec<Vec<u8>> =
+            ds.into_iter().filter_map(|d| self.d_path(unsafe { &*(d as *const Dentry) })).collect();
+        out.sort();
+        out
     }
 
     /// Is `anc` an ancestor of `d` (or `d` itself)? The caller holds the
