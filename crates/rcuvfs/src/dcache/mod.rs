@@ -912,22 +912,27 @@ impl Dcache {
             }
             // Drop the reference on the parent.
             // SAFETY: the child's reference kept the parent live.
-            let p = unsafe { &*parent };
-            match p.lockref().put_or_lock() {
-                None => return,
-                Some(mut g) => {
-                    if p.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
-                        g.set_count(g.count() - 1);
-                        drop(g);
-                        self.lru_add(p);
-                        return;
-                    }
-                    g.mark_dead();
-                    drop(g);
-                    d = parent;
-                }
+            if !self.put_or_mark_dead(unsafe { &*parent }) {
+                return;
             }
+            d = parent;
         }
+    }
+
+    /// Drops a reference through `put_or_lock`: not the last one, or the
+    /// last one of a hashed dentry (which stays cached, unused, on the LRU),
+    /// returns `false`. The last one of an unhashed dentry marks it dead and
+    /// returns `true`: the caller must kill it under `tree_lock`.
+    fn put_or_mark_dead(&self, d: &Dentry) -> bool {
+        let Some(mut g) = d.lockref().put_or_lock() else { return false };
+        if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
+            g.set_count(g.count() - 1);
+            drop(g);
+            self.lru_add(d);
+            return false;
+        }
+        g.mark_dead();
+        true
     }
 
     /// Drops a reference (`dput`). The last reference to a hashed dentry
@@ -965,36 +970,20 @@ impl Dcache {
 
     #[cold]
     fn dput_slow(&self, d: &Dentry) {
-        let Some(mut g) = d.lockref().put_or_lock() else { return };
-        if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
-            g.set_count(g.count() - 1);
-            drop(g);
-            self.lru_add(d);
-            return;
+        if self.put_or_mark_dead(d) {
+            let _t = self.tree_lock.lock();
+            // SAFETY: tree_lock held; dead and unhashed.
+            unsafe { self.kill_locked(d) };
         }
-        g.mark_dead();
-        drop(g);
-        let _t = self.tree_lock.lock();
-        // SAFETY: tree_lock held; dead and unhashed.
-        unsafe { self.kill_locked(d) };
     }
 
     /// # Safety
     /// The caller holds `tree_lock` and a reference on `d`.
     unsafe fn dput_locked(&self, d: &Dentry) {
-        let Some(mut g) = d.lockref().put_or_lock() else {
-            return;
-        };
-        if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
-            g.set_count(g.count() - 1);
-            drop(g);
-            self.lru_add(d);
-            return;
+        if self.put_or_mark_dead(d) {
+            // SAFETY: tree_lock held (caller); dead and unhashed.
+            unsafe { self.kill_locked(d) };
         }
-        g.mark_dead();
-        drop(g);
-        // SAFETY: tree_lock held (caller); dead and unhashed.
-        unsafe { self.kill_locked(d) };
     }
 
     /// Records a rename the filesystem just made (`d_move`). `src` is the
