@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::error::{fail, Result, EBADF, EINVAL, EISDIR};
 use crate::fs::{FileType, Ino, SetAttr, WritePos};
 use crate::inode::Inode;
+use crate::mount::Mount;
 use crate::vfs::{touch_atime, Metadata, Shared};
 
 /// How to open a file, as `std::fs::OpenOptions` (plus `mode` and
@@ -114,6 +115,9 @@ pub struct File {
     shared: Arc<Shared>,
     /// Counted: `File::new` is handed a reference, `Drop` returns it.
     inode: *const Inode,
+    /// The mount the file was opened in (counted, like `inode`): an open
+    /// file keeps its filesystem mounted (umount answers EBUSY).
+    mnt: *const Mount,
     ino: Ino,
     kind: FileType,
     readable: bool,
@@ -124,10 +128,11 @@ pub struct File {
 
 impl File {
     /// The caller passes one reference on `inode` to the file.
-    pub(crate) fn new(shared: Arc<Shared>, inode: &Inode, opts: &OpenOptions) -> File {
+    pub(crate) fn new(shared: Arc<Shared>, mnt: *const Mount, inode: &Inode, opts: &OpenOptions) -> File {
         File {
             shared,
             inode,
+            mnt,
             ino: inode.ino,
             kind: inode.kind,
             readable: opts.read,
@@ -144,7 +149,7 @@ impl File {
     /// costs one page-cache write each.
     fn write_data(&self, offset: Option<u64>, buf: &[u8]) -> Result<u64> {
         let inode = self.inode();
-        let fs = self.shared.fs();
+        let fs = self.inode().fs();
         let at = match inode.data.get() {
             Some(pc) => {
                 let at = pc.write(offset, buf)?;
@@ -182,7 +187,7 @@ impl File {
         }
         let n = match self.inode().data.get() {
             Some(pc) => pc.read(offset, buf),
-            None => self.shared.fs().read(self.ino, offset, buf)?,
+            None => self.inode().fs().read(self.ino, offset, buf)?,
         };
         touch_atime(&self.shared, self.inode());
         Ok(n)
@@ -202,7 +207,7 @@ impl File {
         if !self.writable {
             return fail(EINVAL);
         }
-        let a = self.shared.fs().setattr(self.ino, &SetAttr { size: Some(size), ..SetAttr::default() })?;
+        let a = self.inode().fs().setattr(self.ino, &SetAttr { size: Some(size), ..SetAttr::default() })?;
         self.inode().set_attr(&a);
         Ok(())
     }
@@ -214,7 +219,7 @@ impl File {
 
     /// `fsync`.
     pub fn sync_all(&self) -> Result<()> {
-        self.shared.fs().fsync(self.ino)
+        self.inode().fs().fsync(self.ino)
     }
 
     /// Writes `buf` at the end of the file, atomically with respect to
@@ -272,8 +277,12 @@ impl Seek for File {
 impl Drop for File {
     fn drop(&mut self) {
         let dc = &self.shared.dc;
-        // SAFETY: the file owns this reference.
-        unsafe { dc.itable.iput(self.inode, &*dc.fs, &dc.rcu, &dc.counters) };
+        // SAFETY: the file owns these references; the inode's goes first,
+        // as the mount's may be the last that keeps its filesystem.
+        unsafe {
+            dc.iput(self.inode);
+            dc.mntput(&*self.mnt);
+        }
     }
 }
 

@@ -84,11 +84,20 @@ pub(crate) struct Inode {
     nlookup: AtomicU64,
     /// Membership of the superblock's inode list.
     sb: Node,
+    /// The superblock this inode belongs to; it outlives its inodes.
+    owner: *const Super,
 }
 
+// SAFETY: `owner` points at a superblock that outlives the inode (teardown
+// frees inodes first); everything else is Send + Sync.
+unsafe impl Send for Inode {}
+// SAFETY: as above.
+unsafe impl Sync for Inode {}
+
 impl Inode {
-    fn new(a: &Attr) -> Inode {
+    fn new(a: &Attr, owner: *const Super) -> Inode {
         Inode {
+            owner,
             ino: a.ino,
             kind: a.kind,
             attrs: SeqLock::new(),
@@ -165,6 +174,19 @@ impl Inode {
         }
     }
 
+    /// The superblock this inode belongs to.
+    #[inline]
+    pub fn sb(&self) -> &Super {
+        // SAFETY: a superblock outlives its inodes.
+        unsafe { &*self.owner }
+    }
+
+    /// The filesystem that holds this inode's truth.
+    #[inline]
+    pub fn fs(&self) -> &dyn FileSystem {
+        &*self.sb().fs
+    }
+
     /// Takes a reference; the caller already holds one (directly or through
     /// a dentry it holds), so the count is not zero.
     pub fn hold(&self) {
@@ -174,7 +196,40 @@ impl Inode {
     }
 }
 
-/// The ino -> in-core inode map of one Vfs (Linux `inode_hashtable`, with
+/// A superblock: one instance of a filesystem, with its in-core inodes and
+/// its root dentry. Every mount of it (bind mounts included) counts in
+/// `mounts`; when the last one goes, the superblock is torn down
+/// (`kill_super`: its dentries, then its inodes) and freed after a grace
+/// period, since an RCU walker may still read it.
+pub(crate) struct Super {
+    pub fs: Arc<dyn FileSystem>,
+    pub itable: InodeTable,
+    /// `fs.revalidates()`, read once: RCU-walk gives up in such a filesystem.
+    pub revalidates: bool,
+    /// The root dentry, set once at creation (a `*const Dentry`).
+    pub root: AtomicUsize,
+    /// Mounts of this superblock; changed under the namespace lock.
+    pub mounts: AtomicUsize,
+}
+
+impl Super {
+    pub fn new(fs: Arc<dyn FileSystem>, list: ListMode) -> Super {
+        Super {
+            revalidates: fs.revalidates(),
+            fs,
+            itable: InodeTable::new(list),
+            root: AtomicUsize::new(0),
+            mounts: AtomicUsize::new(0),
+        }
+    }
+
+    /// `iget` in this superblock's table.
+    pub fn iget(&self, attr: &Attr, counted_lookup: bool, counters: &LiveCounters) -> *const Inode {
+        self.itable.iget(attr, counted_lookup, self, counters)
+    }
+}
+
+/// The ino -> in-core inode map of one superblock (Linux `inode_hashtable`, with
 /// `iget` and `iput`).
 pub(crate) struct InodeTable {
     map: Mutex<HashMap<Ino, *const Inode>>,
@@ -199,13 +254,8 @@ impl InodeTable {
     /// The in-core inode for `attr` with one more reference, created (with
     /// `attr`'s attributes) if absent. `counted_lookup`: the filesystem
     /// counted a lookup reference for this call that we now owe.
-    pub fn iget(
-        &self,
-        attr: &Attr,
-        counted_lookup: bool,
-        fs: &dyn FileSystem,
-        counters: &LiveCounters,
-    ) -> *const Inode {
+    pub fn iget(&self, attr: &Attr, counted_lookup: bool, sb: &Super, counters: &LiveCounters) -> *const Inode {
+        let fs = &*sb.fs;
         let mut map = self.map.lock();
         let p = match map.get(&attr.ino) {
             Some(&p) => {
@@ -215,7 +265,7 @@ impl InodeTable {
                 p
             }
             None => {
-                let inode = Box::new(Inode::new(attr));
+                let inode = Box::new(Inode::new(attr, sb));
                 if attr.kind == FileType::Symlink {
                     if let Ok(t) = fs.readlink(attr.ino) {
                         let _ = inode.link.set(t.into_boxed_slice());
@@ -252,7 +302,7 @@ impl InodeTable {
     ///
     /// # Safety
     /// `p` came from `iget` and the caller owns one of its references.
-    pub unsafe fn iput(&self, p: *const Inode, fs: &dyn FileSystem, rcu: &Rcu, counters: &LiveCounters) {
+    pub unsafe fn iput(&self, p: *const Inode, rcu: &Rcu, counters: &LiveCounters) {
         // SAFETY: the caller owns a reference, so the inode is live.
         let inode = unsafe { &*p };
         crate::sync::audit::shared_writes(1);
@@ -281,7 +331,7 @@ impl InodeTable {
         counters.add_inode(-1);
         let n = inode.nlookup.load(Ordering::Relaxed);
         if n > 0 {
-            fs.forget(inode.ino, n);
+            inode.fs().forget(inode.ino, n);
         }
         // SAFETY: removed from the table, and no dentry or file points here
         // (refs reached zero), so only RCU readers that loaded it earlier

@@ -30,6 +30,7 @@ pub mod filemap;
 pub mod fs;
 pub(crate) mod inode;
 pub mod modes;
+pub(crate) mod mount;
 pub mod namei;
 pub mod time;
 #[cfg(not(loom))]

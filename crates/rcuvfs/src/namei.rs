@@ -9,8 +9,15 @@
 //! - symlinks are followed in every component but the last, and in the last
 //!   unless the caller asks not to (or a trailing slash forces it); more than
 //!   [`MAX_SYMLINKS`] in one walk is ELOOP;
-//! - ".." at the root stays at the root;
+//! - ".." at the root stays at the root, and ".." at the root of any other
+//!   mount climbs to its mountpoint first (`follow_dotdot`);
+//! - a component with a mount on it crosses to the root of the topmost
+//!   mount there (`follow_mount`);
 //! - a trailing slash requires the final object to be a directory.
+//!
+//! A walk's place is a (mount, dentry) pair. RCU-walk holds the mount with
+//! no reference and validates the namespace's sequence count at its end;
+//! REF-walk holds a reference on the mount in [`Walk`].
 //!
 //! # RCU-walk
 //!
@@ -37,6 +44,7 @@ use crate::cred::{Cred, MAY_EXEC};
 use crate::dcache::{DRef, Dcache, Dentry};
 use crate::error::{errno_of, fail, Result, EACCES, EINVAL, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR};
 use crate::fs::{FileType, Ino};
+use crate::mount::{MntRef, Mount};
 use crate::sync::RcuGuard;
 
 pub const PATH_MAX: usize = 4096;
@@ -99,7 +107,8 @@ pub(crate) struct Parent<'a, 'p> {
     pub trailing: bool,
 }
 
-/// The state of one walk: the caller's credentials and the symlink budget.
+/// The state of one RCU-walk: the caller's credentials and the symlink
+/// budget.
 pub struct Walk<'c> {
     pub cred: &'c Cred,
     pub links: u32,
@@ -108,6 +117,35 @@ pub struct Walk<'c> {
 impl<'c> Walk<'c> {
     pub fn new(cred: &'c Cred) -> Walk<'c> {
         Walk { cred, links: 0 }
+    }
+}
+
+/// The state of one REF-walk: as [`Walk`], plus a reference on the mount
+/// the walk is in.
+pub(crate) struct RefWalk<'c> {
+    pub cred: &'c Cred,
+    pub links: u32,
+    mnt: MntRef<'c>,
+    /// Mounts the walk has left: held to its end, since the dentries it
+    /// still holds may belong to them (a `path_put` drops the dentry, then
+    /// the mount).
+    left: Vec<MntRef<'c>>,
+}
+
+impl<'c> RefWalk<'c> {
+    pub fn new(cred: &'c Cred, mnt: MntRef<'c>) -> RefWalk<'c> {
+        RefWalk { cred, links: 0, mnt, left: Vec::new() }
+    }
+
+    /// Moves the walk into mount `m`.
+    pub fn set_mnt(&mut self, m: MntRef<'c>) {
+        let old = std::mem::replace(&mut self.mnt, m);
+        self.left.push(old);
+    }
+
+    /// The mount the walk is in.
+    pub fn mnt(&self) -> &'c Mount {
+        self.mnt.mount()
     }
 }
 
@@ -134,27 +172,50 @@ impl Dcache {
 
     // ---------------------------------------------------------------- RCU
 
-    /// Walks `path` from `(start, seq)` in RCU mode. Returns the final
-    /// dentry (positive) with the sequence count the caller must validate
-    /// after reading it, a validated error, or `None` to fall back.
+    /// Walks `path` from `(mnt, start, seq)` in RCU mode. Returns the final
+    /// place (a positive dentry) with the sequence count the caller must
+    /// validate after reading it, a validated error, or `None` to fall back.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn walk_rcu<'g>(
         &'g self,
         guard: &RcuGuard<'_>,
         w: &mut Walk,
+        mnt: &'g Mount,
         start: &'g Dentry,
         start_seq: u32,
         path: &[u8],
         follow: bool,
-    ) -> Rcu<(&'g Dentry, u32)> {
-        if self.fs.revalidates() {
+    ) -> Rcu<(&'g Mount, &'g Dentry, u32)> {
+        let ms = self.ns.seq.read_begin()?;
+        let r = self.walk_rcu_inner(guard, w, mnt, start, start_seq, path, follow);
+        if self.ns.seq.read_retry(ms) {
+            return None; // the mount tree changed under the walk
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn walk_rcu_inner<'g>(
+        &'g self,
+        guard: &RcuGuard<'_>,
+        w: &mut Walk,
+        mnt: &'g Mount,
+        start: &'g Dentry,
+        start_seq: u32,
+        path: &[u8],
+        follow: bool,
+    ) -> Rcu<(&'g Mount, &'g Dentry, u32)> {
+        let (mut mnt, mut cur, mut seq) = if path.first() == Some(&b'/') {
+            let m = self.ns.root();
+            (m, m.root(), m.root().seq.read_begin()?)
+        } else {
+            (mnt, start, start_seq)
+        };
+        if cur.sb().revalidates {
             return None; // every cached entry must be asked about: REF-walk
         }
-        let (mut cur, mut seq) = if path.first() == Some(&b'/') {
-            let r = self.root();
-            (r, r.seq.read_begin()?)
-        } else {
-            (start, start_seq)
-        };
         let trailing = path.last() == Some(&b'/');
         let mut comps = components(path).peekable();
         while let Some(c) = comps.next() {
@@ -168,16 +229,7 @@ impl Dcache {
             }
             match c {
                 b"." => {}
-                b".." => {
-                    if !cur.is_root() {
-                        let p = cur.parent();
-                        let ps = p.seq.raw();
-                        if ps & 1 != 0 || cur.seq.read_retry(seq) {
-                            return None;
-                        }
-                        (cur, seq) = (p, ps);
-                    }
-                }
+                b".." => (mnt, cur, seq) = self.dotdot_rcu(mnt, cur, seq)?,
                 name => {
                     let (child, cseq) = self.lookup_rcu(guard, cur, name)?;
                     if cur.seq.read_retry(seq) {
@@ -195,12 +247,23 @@ impl Dcache {
                         if w.links > MAX_SYMLINKS {
                             return Some(fail(ELOOP));
                         }
-                        match self.walk_rcu(guard, w, cur, seq, target, true)? {
-                            Ok(r) => (cur, seq) = r,
+                        match self.walk_rcu_link(guard, w, mnt, cur, seq, target)? {
+                            Ok(r) => (mnt, cur, seq) = r,
                             Err(e) => return Some(Err(e)),
                         }
                     } else {
-                        (cur, seq) = (child, cseq);
+                        (mnt, cur, seq) = (mnt, child, cseq);
+                        while cur.is_mountpoint() {
+                            let Some(m) = self.ns.lookup(guard, mnt, cur) else { break };
+                            if cur.seq.read_retry(seq) {
+                                return None;
+                            }
+                            (mnt, cur) = (m, m.root());
+                            seq = cur.seq.read_begin()?;
+                            if cur.sb().revalidates {
+                                return None;
+                            }
+                        }
                     }
                 }
             }
@@ -208,7 +271,50 @@ impl Dcache {
         if trailing && !cur.is_dir() {
             return validated(cur, seq, ENOTDIR);
         }
-        Some(Ok((cur, seq)))
+        Some(Ok((mnt, cur, seq)))
+    }
+
+    /// A symlink's target, walked from `(mnt, dir, seq)`: out of line, so
+    /// that the walk's loop inlines into its caller.
+    #[inline(never)]
+    fn walk_rcu_link<'g>(
+        &'g self,
+        guard: &RcuGuard<'_>,
+        w: &mut Walk,
+        mnt: &'g Mount,
+        dir: &'g Dentry,
+        seq: u32,
+        target: &[u8],
+    ) -> Rcu<(&'g Mount, &'g Dentry, u32)> {
+        self.walk_rcu_inner(guard, w, mnt, dir, seq, target, true)
+    }
+
+    /// ".." in RCU mode: at a mount's root, first down to its mountpoint
+    /// (repeatedly, for mounts on mount roots); at the namespace root, or
+    /// the root of a detached mount, stay.
+    #[inline]
+    fn dotdot_rcu<'g>(
+        &'g self,
+        mut mnt: &'g Mount,
+        mut cur: &'g Dentry,
+        mut seq: u32,
+    ) -> Option<(&'g Mount, &'g Dentry, u32)> {
+        while std::ptr::eq(cur, mnt.root()) {
+            let Some((p, mp)) = mnt.parent() else {
+                return Some((mnt, cur, seq));
+            };
+            (mnt, cur) = (p, mp);
+            seq = cur.seq.read_begin()?;
+        }
+        if cur.is_root() {
+            return Some((mnt, cur, seq));
+        }
+        let p = cur.parent();
+        let ps = p.seq.raw();
+        if ps & 1 != 0 || cur.seq.read_retry(seq) {
+            return None;
+        }
+        Some((mnt, p, ps))
     }
 
     // ---------------------------------------------------------------- REF
@@ -229,10 +335,11 @@ impl Dcache {
         let Some(d) = self.d_lookup(dir, name) else {
             return Ok(None);
         };
-        if self.fs.revalidates() {
+        let sb = dir.sb();
+        if sb.revalidates {
             let dino = dir.inode().expect("positive directory").ino;
             if let Some(i) = d.inode() {
-                if !self.fs.revalidate(dino, name, i.ino)? {
+                if !sb.fs.revalidate(dino, name, i.ino)? {
                     self.d_invalidate(&d);
                     return Ok(None);
                 }
@@ -248,9 +355,10 @@ impl Dcache {
             return Ok(d);
         }
         let dir_ino: Ino = dir.inode().expect("positive directory").ino;
-        match self.fs.lookup(dir_ino, name) {
+        let sb = dir.sb();
+        match sb.fs.lookup(dir_ino, name) {
             Ok(attr) => {
-                let ip = self.itable.iget(&attr, true, &*self.fs, &self.counters);
+                let ip = sb.iget(&attr, true, &self.counters);
                 Ok(self.d_add(dir, name, ip))
             }
             Err(e) if errno_of(&e) == ENOENT => Ok(self.d_add(dir, name, std::ptr::null())),
@@ -271,13 +379,19 @@ impl Dcache {
     /// that the last component's directory may be searched.
     pub(crate) fn walk_parent<'a, 'p>(
         &'a self,
-        w: &mut Walk,
+        w: &mut RefWalk<'a>,
         start: DRef<'a>,
         path: &'p [u8],
     ) -> Result<Parent<'a, 'p>> {
         // An absolute path restarts at the root, unless the caller (the Vfs,
         // for its own absolute paths) already started there.
-        let mut cur = if path.first() == Some(&b'/') && !start.is_root() { self.root_ref() } else { start };
+        let at_root = std::ptr::eq(w.mnt(), self.ns.root()) && std::ptr::eq(&*start, self.root());
+        let mut cur = if path.first() == Some(&b'/') && !at_root {
+            w.set_mnt(self.root_mnt());
+            self.root_ref()
+        } else {
+            start
+        };
         let comps: Vec<&[u8]> = components(path).collect();
         let Some((&last, inner)) = comps.split_last() else {
             return Ok(Parent { dir: cur, last: Last::Root, trailing: false });
@@ -298,20 +412,20 @@ impl Dcache {
     }
 
     /// One intermediate component: the result is a directory.
-    fn step<'a>(&'a self, w: &mut Walk, dir: DRef<'a>, comp: &[u8]) -> Result<DRef<'a>> {
+    fn step<'a>(&'a self, w: &mut RefWalk<'a>, dir: DRef<'a>, comp: &[u8]) -> Result<DRef<'a>> {
         if !dir.is_dir() {
             return fail(ENOTDIR);
         }
         self.may_exec(w.cred, &dir)?;
         let d = match comp {
             b"." => dir,
-            b".." => self.parent_ref(&dir),
+            b".." => self.parent_ref(w, &dir),
             name => {
                 let d = self.lookup_positive(&dir, name)?;
                 if d.inode().is_some_and(|i| i.kind == FileType::Symlink) {
                     self.follow_link(w, dir, &d)?
                 } else {
-                    d
+                    self.follow_mount(w, d)
                 }
             }
         };
@@ -321,9 +435,34 @@ impl Dcache {
         Ok(d)
     }
 
-    /// A reference to `d`'s parent (`dget_parent`, lockless: the parent is
-    /// pinned by `d`, which the caller holds).
-    pub(crate) fn parent_ref<'a>(&'a self, d: &DRef<'a>) -> DRef<'a> {
+    /// Crosses to the root of the topmost mount on `d`, if any
+    /// (`follow_managed`), moving the walk's mount reference along.
+    pub(crate) fn follow_mount<'a>(&'a self, w: &mut RefWalk<'a>, d: DRef<'a>) -> DRef<'a> {
+        match self.follow_mount_ref(w.mnt(), &d) {
+            Some((m, root)) => {
+                w.set_mnt(m);
+                root
+            }
+            None => d,
+        }
+    }
+
+    /// ".." from `d` (`follow_dotdot`): at a mount's root, first down to
+    /// its mountpoint; then `d`'s parent (`dget_parent`, lockless: the
+    /// parent is pinned by `d`, which the caller holds). At the namespace
+    /// root, or a detached mount's root, `d` itself.
+    pub(crate) fn parent_ref<'a>(&'a self, w: &mut RefWalk<'a>, d: &DRef<'a>) -> DRef<'a> {
+        let mut below: Option<DRef<'a>> = None;
+        loop {
+            let cur: &Dentry = below.as_deref().unwrap_or(d);
+            if !std::ptr::eq(cur, w.mnt().root()) {
+                break;
+            }
+            let Some((m, mp)) = self.mount_parent_ref(w.mnt()) else { break };
+            w.set_mnt(m);
+            below = Some(mp);
+        }
+        let d = below.as_ref().unwrap_or(d);
         if d.is_root() {
             return d.clone_ref();
         }
@@ -336,13 +475,13 @@ impl Dcache {
 
     /// Resolves symlink `link` found in `dir`, following the target's last
     /// component too.
-    pub(crate) fn follow_link<'a>(&'a self, w: &mut Walk, dir: DRef<'a>, link: &Dentry) -> Result<DRef<'a>> {
+    pub(crate) fn follow_link<'a>(&'a self, w: &mut RefWalk<'a>, dir: DRef<'a>, link: &Dentry) -> Result<DRef<'a>> {
         let target = self.link_target(w, link)?;
         self.walk(w, dir, &target, true)
     }
 
     /// Reads a symlink's target, counting it against the walk's budget.
-    pub(crate) fn link_target(&self, w: &mut Walk, link: &Dentry) -> Result<Vec<u8>> {
+    pub(crate) fn link_target(&self, w: &mut RefWalk, link: &Dentry) -> Result<Vec<u8>> {
         w.links += 1;
         if w.links > MAX_SYMLINKS {
             return fail(ELOOP);
@@ -350,7 +489,7 @@ impl Dcache {
         let inode = link.inode().expect("positive symlink");
         let target = match inode.link.get() {
             Some(t) => t.to_vec(),
-            None => self.fs.readlink(inode.ino)?,
+            None => inode.fs().readlink(inode.ino)?,
         };
         if target.is_empty() {
             return fail(ENOENT);
@@ -361,20 +500,28 @@ impl Dcache {
 
     /// Walks a whole path to a positive dentry. `follow`: follow a symlink
     /// in the last component.
-    pub(crate) fn walk<'a>(&'a self, w: &mut Walk, start: DRef<'a>, path: &[u8], follow: bool) -> Result<DRef<'a>> {
+    pub(crate) fn walk<'a>(
+        &'a self,
+        w: &mut RefWalk<'a>,
+        start: DRef<'a>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<DRef<'a>> {
         let p = self.walk_parent(w, start, path)?;
         self.walk_last(w, p, follow)
     }
 
     /// Resolves the last component of a parent walk.
-    pub(crate) fn walk_last<'a>(&'a self, w: &mut Walk, p: Parent<'a, '_>, follow: bool) -> Result<DRef<'a>> {
+    pub(crate) fn walk_last<'a>(&'a self, w: &mut RefWalk<'a>, p: Parent<'a, '_>, follow: bool) -> Result<DRef<'a>> {
         match p.last {
             Last::Root | Last::Dot => Ok(p.dir),
-            Last::DotDot => Ok(self.parent_ref(&p.dir)),
+            Last::DotDot => Ok(self.parent_ref(w, &p.dir)),
             Last::Normal(name) => {
                 let mut d = self.lookup_positive(&p.dir, name)?;
                 if d.inode().is_some_and(|i| i.kind == FileType::Symlink) && (follow || p.trailing) {
                     d = self.follow_link(w, p.dir, &d)?;
+                } else {
+                    d = self.follow_mount(w, d);
                 }
                 if p.trailing && !d.is_dir() {
                     return fail(ENOTDIR);

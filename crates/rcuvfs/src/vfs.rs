@@ -36,7 +36,8 @@ use crate::fs::memfs::{AtimePolicy, MemFs, MemFsOptions};
 use crate::fs::{Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec};
 use crate::inode::Inode;
 use crate::modes::{Layout, RefMode};
-use crate::namei::{check_name, check_path, Last, Parent, Walk};
+use crate::mount::{MntRef, Mount};
+use crate::namei::{check_name, check_path, Last, Parent, RefWalk, Walk};
 use crate::sync::list_batch::ListMode;
 use crate::sync::{Mutex, MutexGuard};
 
@@ -55,8 +56,9 @@ impl Shared {
         self.mode.takes_global_lock().then(|| self.global.lock())
     }
 
+    /// The root filesystem.
     pub fn fs(&self) -> &dyn FileSystem {
-        &*self.dc.fs
+        &*self.dc.root_sb().fs
     }
 }
 
@@ -191,6 +193,8 @@ impl VfsBuilder {
 /// removed it still refers to the (unlinked) object. Released on drop.
 pub struct Entry {
     shared: Arc<Shared>,
+    /// The mount the name was found in (counted).
+    mnt: *const Mount,
     d: *const Dentry,
 }
 
@@ -201,8 +205,13 @@ unsafe impl Send for Entry {}
 unsafe impl Sync for Entry {}
 
 impl Entry {
-    fn from_ref(shared: &Arc<Shared>, d: DRef<'_>) -> Entry {
-        Entry { shared: shared.clone(), d: d.into_raw() }
+    fn from_ref(shared: &Arc<Shared>, mnt: MntRef<'_>, d: DRef<'_>) -> Entry {
+        Entry { shared: shared.clone(), mnt: mnt.into_raw(), d: d.into_raw() }
+    }
+
+    fn mount(&self) -> &Mount {
+        // SAFETY: this handle owns a reference.
+        unsafe { &*self.mnt }
     }
 
     fn dentry(&self) -> &Dentry {
@@ -246,13 +255,17 @@ impl Entry {
 impl Clone for Entry {
     fn clone(&self) -> Entry {
         self.dentry().lockref().get();
-        Entry { shared: self.shared.clone(), d: self.d }
+        self.shared.dc.mntget(self.mount()).into_raw();
+        Entry { shared: self.shared.clone(), mnt: self.mnt, d: self.d }
     }
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
+        // The dentry first: the mount's reference may be the last that
+        // keeps its filesystem.
         self.shared.dc.dput(self.dentry());
+        self.shared.dc.mntput(self.mount());
     }
 }
 
@@ -386,6 +399,8 @@ pub struct Stats {
     pub negative_dentries: i64,
     /// In-core inodes (held by dentries or open files).
     pub inodes: i64,
+    /// Mounts besides the root: attached, or detached and still in use.
+    pub mounts: i64,
 }
 
 fn bytes(p: &Path) -> &[u8] {
@@ -404,6 +419,12 @@ impl Default for Vfs {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// What `mount_on` attaches.
+enum Mounted<'e> {
+    Fresh(*const crate::inode::Super),
+    Bind(&'e Entry, bool),
 }
 
 /// Locks two directories for a rename in the order of the lock table:
@@ -485,12 +506,17 @@ impl Vfs {
 
     /// The filesystem under this Vfs.
     pub fn filesystem(&self) -> &Arc<dyn FileSystem> {
-        &self.shared.dc.fs
+        &self.shared.dc.root_sb().fs
     }
 
     pub fn stats(&self) -> Stats {
         let c = &self.shared.dc.counters;
-        Stats { dentries: c.dentries(), negative_dentries: c.negative_dentries(), inodes: c.inodes() }
+        Stats {
+            dentries: c.dentries(),
+            negative_dentries: c.negative_dentries(),
+            inodes: c.inodes(),
+            mounts: c.mounts(),
+        }
     }
 
     /// The paths of the cached names of the object at `path` (its aliases:
@@ -504,7 +530,7 @@ impl Vfs {
     /// Calls `f` with the number of every in-core inode, from the
     /// superblock's inode list (what unmount eviction and sync walk).
     pub fn for_each_inode(&self, f: impl FnMut(Ino)) {
-        self.shared.dc.itable.list.for_each(f);
+        self.shared.dc.root_sb().itable.list.for_each(f);
     }
 
     /// The counters, readable after the `Vfs` and all its handles are gone:
@@ -538,37 +564,45 @@ impl Vfs {
         &self.shared.dc
     }
 
-    /// The dentry a walk starts from (not counted).
-    fn start_dentry<'a>(&'a self, start: Start<'a>) -> Result<&'a Dentry> {
+    /// The place a walk starts from (not counted).
+    fn start_place<'a>(&'a self, start: Start<'a>) -> Result<(&'a Mount, &'a Dentry)> {
         match start {
-            Start::Cwd => Ok(self.cwd.as_ref().map_or(self.dc().root(), |e| e.dentry())),
+            Start::Cwd => Ok(match &self.cwd {
+                Some(e) => (e.mount(), e.dentry()),
+                None => (self.dc().ns.root(), self.dc().root()),
+            }),
             Start::At(e) => {
                 e.check_same_vfs(&self.shared)?;
-                Ok(e.dentry())
+                Ok((e.mount(), e.dentry()))
             }
         }
     }
 
-    /// A counted reference on where a REF-walk of `path` starts: the root
-    /// for an absolute path, else the start directory.
-    fn start_ref<'a>(&'a self, start: Start<'a>, path: &[u8]) -> Result<DRef<'a>> {
-        let s = self.start_dentry(start)?;
-        Ok(self.dc().dget(if path.first() == Some(&b'/') { self.dc().root() } else { s }))
+    /// A REF-walk of `path` from `start`: the walk, holding its mount, and
+    /// a counted reference on its first dentry (the root for an absolute
+    /// path, else the start directory).
+    fn begin<'a>(&'a self, start: Start<'a>, path: &[u8]) -> Result<(RefWalk<'a>, DRef<'a>)> {
+        let dc = self.dc();
+        if path.first() == Some(&b'/') {
+            return Ok((RefWalk::new(&self.cred, dc.root_mnt()), dc.root_ref()));
+        }
+        let (m, d) = self.start_place(start)?;
+        Ok((RefWalk::new(&self.cred, dc.mntget(m)), dc.dget(d)))
     }
 
     fn entry_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Entry> {
         check_path(path)?;
         let _g = self.shared.global();
-        let mut w = Walk::new(&self.cred);
-        let d = self.dc().walk(&mut w, self.start_ref(start, path)?, path, follow)?;
-        Ok(Entry::from_ref(&self.shared, d))
+        let (mut w, s) = self.begin(start, path)?;
+        let d = self.dc().walk(&mut w, s, path, follow)?;
+        Ok(Entry::from_ref(&self.shared, self.dc().mntget(w.mnt()), d))
     }
 
     // ---- handles ----
 
     /// The root directory's handle.
     pub fn root_entry(&self) -> Entry {
-        Entry::from_ref(&self.shared, self.dc().root_ref())
+        Entry::from_ref(&self.shared, self.dc().root_mnt(), self.dc().root_ref())
     }
 
     /// A handle on `path`, following a final symlink.
@@ -626,8 +660,8 @@ impl Vfs {
             }
         }
         let _g = self.shared.global();
-        let mut w = Walk::new(&self.cred);
-        let d = self.dc().walk(&mut w, self.start_ref(start, path)?, path, follow)?;
+        let (mut w, s) = self.begin(start, path)?;
+        let d = self.dc().walk(&mut w, s, path, follow)?;
         let attr = d.inode().expect("positive").attr();
         Ok(Metadata(attr))
     }
@@ -636,18 +670,21 @@ impl Vfs {
     #[inline]
     fn stat_rcu(&self, start: Start, path: &[u8], follow: bool, pin: bool) -> Option<Result<Attr>> {
         let dc = self.dc();
-        let s = match self.start_dentry(start) {
-            Ok(s) => s,
+        let (m, s) = match self.start_place(start) {
+            Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
         let guard = dc.rcu.read_lock();
         let sseq = s.seq.read_begin()?;
         let mut w = Walk::new(&self.cred);
-        let (d, seq) = match dc.walk_rcu(&guard, &mut w, s, sseq, path, follow)? {
+        let (m, d, seq) = match dc.walk_rcu(&guard, &mut w, m, s, sseq, path, follow)? {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
         if pin {
+            // The mount first (none for the root mount): a dentry reference
+            // must not outlive its filesystem's last mount.
+            let _m = dc.mnt_get_rcu(m)?;
             // `rcuwalk`: legitimize the final dentry with a reference
             // (`lockref_get_not_dead`) and drop it after the read, as
             // Linux's stat does.
@@ -722,14 +759,14 @@ impl Vfs {
     fn setattr_from(&self, start: Start, path: &[u8], follow: bool, set: &SetAttr) -> Result<Attr> {
         check_path(path)?;
         let _g = self.shared.global();
-        let mut w = Walk::new(&self.cred);
-        let d = self.dc().walk(&mut w, self.start_ref(start, path)?, path, follow)?;
+        let (mut w, s) = self.begin(start, path)?;
+        let d = self.dc().walk(&mut w, s, path, follow)?;
         self.setattr_checked(d.inode().expect("positive"), set)
     }
 
     /// `notify_change` with `setattr_prepare`'s checks.
     fn setattr_checked(&self, inode: &Inode, set: &SetAttr) -> Result<Attr> {
-        let fs = self.shared.fs();
+        let fs = inode.fs();
         let cred = &*self.cred;
         let attr = inode.attr();
         let mut set = set.clone();
@@ -819,9 +856,10 @@ impl Vfs {
     /// dentry `d`, and refreshes the directory's cached attributes.
     fn instantiate(&self, dir: &Dentry, d: &Dentry, attr: &Attr) {
         let dc = self.dc();
-        let ip = dc.itable.iget(attr, true, self.shared.fs(), &dc.counters);
+        let ip = dir.sb().iget(attr, true, &dc.counters);
         dc.d_instantiate(d, ip);
-        dir.inode().expect("positive directory").refresh(self.shared.fs());
+        let di = dir.inode().expect("positive directory");
+        di.refresh(di.fs());
     }
 
     /// The common path of mkdir, mknod, symlink: the name must not exist.
@@ -836,8 +874,8 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let mut w = Walk::new(&self.cred);
-        let p = dc.walk_parent(&mut w, self.start_ref(start, path)?, path)?;
+        let (mut w, s) = self.begin(start, path)?;
+        let p = dc.walk_parent(&mut w, s, path)?;
         let Last::Normal(name) = p.last else {
             return fail(EEXIST);
         };
@@ -851,7 +889,7 @@ impl Vfs {
         }
         let dir_attr = self.may_create(&p.dir)?;
         let (owner, perm) = self.new_owner(&dir_attr, kind, perm);
-        let attr = make(self.shared.fs(), dir_attr.ino, name, owner, perm)?;
+        let attr = make(p.dir.sb().fs.as_ref(), dir_attr.ino, name, owner, perm)?;
         self.instantiate(&p.dir, &existing, &attr);
         Ok(())
     }
@@ -968,10 +1006,13 @@ impl Vfs {
         check_path(dst)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let mut w = Walk::new(&self.cred);
-        let src_d = dc.walk(&mut w, self.start_ref(src_start, src)?, src, false)?;
-        let mut w = Walk::new(&self.cred);
-        let p = dc.walk_parent(&mut w, self.start_ref(dst_start, dst)?, dst)?;
+        let (mut w1, s) = self.begin(src_start, src)?;
+        let src_d = dc.walk(&mut w1, s, src, false)?;
+        let (mut w, s) = self.begin(dst_start, dst)?;
+        let p = dc.walk_parent(&mut w, s, dst)?;
+        if !std::ptr::eq(w1.mnt(), w.mnt()) {
+            return fail(EXDEV);
+        }
         let Last::Normal(name) = p.last else {
             return fail(EEXIST);
         };
@@ -988,7 +1029,7 @@ impl Vfs {
         if src_inode.kind == FileType::Dir {
             return fail(EPERM);
         }
-        let attr = self.shared.fs().link(src_inode.ino, dir_attr.ino, name)?;
+        let attr = src_inode.fs().link(src_inode.ino, dir_attr.ino, name)?;
         self.instantiate(&p.dir, &existing, &attr);
         Ok(())
     }
@@ -1026,8 +1067,8 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let mut w = Walk::new(&self.cred);
-        let p = dc.walk_parent(&mut w, self.start_ref(start, path)?, path)?;
+        let (mut w, s) = self.begin(start, path)?;
+        let p = dc.walk_parent(&mut w, s, path)?;
         let Last::Normal(name) = p.last else {
             return fail(EISDIR);
         };
@@ -1041,9 +1082,10 @@ impl Vfs {
             return fail(if vi.kind == FileType::Dir { EISDIR } else { ENOTDIR });
         }
         self.may_delete(&p.dir, &victim, false)?;
-        self.shared.fs().unlink(dir_inode.ino, name)?;
-        vi.refresh(self.shared.fs());
-        dir_inode.refresh(self.shared.fs());
+        let fs = dir_inode.fs();
+        fs.unlink(dir_inode.ino, name)?;
+        vi.refresh(fs);
+        dir_inode.refresh(fs);
         dc.d_delete(&victim);
         Ok(())
     }
@@ -1062,8 +1104,8 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let mut w = Walk::new(&self.cred);
-        let p = dc.walk_parent(&mut w, self.start_ref(start, path)?, path)?;
+        let (mut w, s) = self.begin(start, path)?;
+        let p = dc.walk_parent(&mut w, s, path)?;
         let name = match p.last {
             Last::Normal(name) => name,
             Last::Dot => return fail(EINVAL),
@@ -1080,11 +1122,16 @@ impl Vfs {
         if victim.is_root() {
             return fail(EBUSY);
         }
-        // The victim's own lock: no name is created in it meanwhile.
+        // The victim's own lock: no name is created in it meanwhile, and
+        // nothing is mounted on it (`mount_on` holds it too).
         let victim_lock = vi.dir_lock.lock();
-        self.shared.fs().rmdir(dir_inode.ino, name)?;
-        vi.refresh(self.shared.fs());
-        dir_inode.refresh(self.shared.fs());
+        if victim.is_mountpoint() {
+            return fail(EBUSY);
+        }
+        let fs = dir_inode.fs();
+        fs.rmdir(dir_inode.ino, name)?;
+        vi.refresh(fs);
+        dir_inode.refresh(fs);
         // Unlock before d_delete: it may drop the inode's last reference,
         // and with no reader about the inode is freed at once. (The fuzzer,
         // under AddressSanitizer, caught an unlock of a freed inode here.)
@@ -1123,6 +1170,104 @@ impl Vfs {
         Ok(())
     }
 
+    // ---- mounts ----
+
+    /// Mounts `fs` on the directory `path` (`mount(2)` of a new filesystem
+    /// instance; for a fresh in-memory one, pass
+    /// `Arc::new(MemFs::new(MemFsOptions::default()))`). The directory's
+    /// own content is hidden until the unmount. Needs root (`EPERM`).
+    pub fn mount(&self, path: impl AsRef<Path>, fs: Arc<dyn FileSystem>) -> Result<()> {
+        self.mount_on(path.as_ref(), |dc, _, _| dc.new_super(fs).map(Mounted::Fresh))
+    }
+
+    /// Bind-mounts the directory `source` on the directory `target`: the
+    /// same files, seen at a second place (`mount --bind`). Mounts under
+    /// `source` are not carried along.
+    pub fn bind_mount(&self, source: impl AsRef<Path>, target: impl AsRef<Path>) -> Result<()> {
+        self.bind_from(source.as_ref(), target.as_ref(), false)
+    }
+
+    /// Like [`bind_mount`](Self::bind_mount), carrying along every mount
+    /// under `source` (`mount --rbind`, `copy_tree`).
+    pub fn rbind_mount(&self, source: impl AsRef<Path>, target: impl AsRef<Path>) -> Result<()> {
+        self.bind_from(source.as_ref(), target.as_ref(), true)
+    }
+
+    fn bind_from(&self, source: &Path, target: &Path, recursive: bool) -> Result<()> {
+        let src = self.entry(source)?;
+        if !src.is_dir() {
+            return fail(ENOTDIR);
+        }
+        self.mount_on(target, |_, _, _| Ok(Mounted::Bind(&src, recursive)))
+    }
+
+    /// The common part of mounting: root only; the target is a directory
+    /// that is still linked, held locked while the mount is attached so
+    /// that an rmdir cannot slip in between (`lock_mount`).
+    fn mount_on<'e>(
+        &self,
+        target: &Path,
+        what: impl FnOnce(&Dcache, &Mount, &Dentry) -> Result<Mounted<'e>>,
+    ) -> Result<()> {
+        if !self.cred.is_root() {
+            return fail(EPERM);
+        }
+        let path = bytes(target);
+        check_path(path)?;
+        let _g = self.shared.global();
+        let dc = self.dc();
+        let (mut w, s) = self.begin(Start::Cwd, path)?;
+        let d = dc.walk(&mut w, s, path, true)?;
+        if !d.is_dir() {
+            return fail(ENOTDIR);
+        }
+        let _l = d.inode().expect("positive").dir_lock.lock();
+        if !d.is_hashed() && !d.is_root() {
+            return fail(ENOENT); // removed since the walk
+        }
+        match what(dc, w.mnt(), &d)? {
+            Mounted::Fresh(sb) => dc.do_mount(w.mnt(), &d, sb),
+            Mounted::Bind(src, recursive) => {
+                src.check_same_vfs(&self.shared)?;
+                dc.do_bind(src.mount(), src.dentry(), w.mnt(), &d, recursive)
+            }
+        }
+        Ok(())
+    }
+
+    /// Unmounts the filesystem mounted at `path`: `EBUSY` while a handle,
+    /// an open file, a working directory or another mount uses it; `EINVAL`
+    /// if `path` is not a mount's root. Needs root (`EPERM`).
+    pub fn unmount(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.umount_from(bytes(path.as_ref()), false)
+    }
+
+    /// Detaches the mount at `path` and every mount under it at once
+    /// (`umount -l`, `MNT_DETACH`): new walks no longer see them; each is
+    /// freed, with its filesystem, when its last user lets go.
+    pub fn unmount_lazy(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.umount_from(bytes(path.as_ref()), true)
+    }
+
+    fn umount_from(&self, path: &[u8], lazy: bool) -> Result<()> {
+        if !self.cred.is_root() {
+            return fail(EPERM);
+        }
+        check_path(path)?;
+        let _g = self.shared.global();
+        let dc = self.dc();
+        let (mut w, s) = self.begin(Start::Cwd, path)?;
+        let d = dc.walk(&mut w, s, path, true)?;
+        if !std::ptr::eq(&*d, w.mnt().root()) {
+            return fail(EINVAL);
+        }
+        let m = dc.mntget(w.mnt());
+        // Only `m` may remain: the dentry, then the walk's mounts go first.
+        drop(d);
+        drop(w);
+        dc.do_umount(m, lazy)
+    }
+
     // ---- rename ----
 
     /// `rename(from, to)`.
@@ -1155,10 +1300,13 @@ impl Vfs {
         check_path(to)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let mut w = Walk::new(&self.cred);
-        let op: Parent = dc.walk_parent(&mut w, self.start_ref(s1, from)?, from)?;
-        let mut w = Walk::new(&self.cred);
-        let np: Parent = dc.walk_parent(&mut w, self.start_ref(s2, to)?, to)?;
+        let (mut w1, s) = self.begin(s1, from)?;
+        let op: Parent = dc.walk_parent(&mut w1, s, from)?;
+        let (mut w2, s) = self.begin(s2, to)?;
+        let np: Parent = dc.walk_parent(&mut w2, s, to)?;
+        if !std::ptr::eq(w1.mnt(), w2.mnt()) {
+            return fail(EXDEV);
+        }
         let Last::Normal(old_name) = op.last else {
             return fail(EBUSY);
         };
@@ -1214,10 +1362,10 @@ impl Vfs {
                 }
             }
         }
-        if src.is_root() || dst.is_root() {
+        if src.is_root() || dst.is_root() || src.is_mountpoint() || dst.is_mountpoint() {
             return fail(EBUSY);
         }
-        let fs = self.shared.fs();
+        let fs = op.dir.sb().fs.as_ref();
         let (odi, ndi) = (op.dir.inode().expect("dir"), np.dir.inode().expect("dir"));
         fs.rename(odi.ino, old_name, ndi.ino, new_name, flags)?;
         for i in [Some(odi), Some(ndi), Some(si), di].into_iter().flatten() {
@@ -1242,15 +1390,15 @@ impl Vfs {
     fn read_link_from(&self, start: Start, path: &[u8]) -> Result<PathBuf> {
         check_path(path)?;
         let _g = self.shared.global();
-        let mut w = Walk::new(&self.cred);
-        let d = self.dc().walk(&mut w, self.start_ref(start, path)?, path, false)?;
+        let (mut w, s) = self.begin(start, path)?;
+        let d = self.dc().walk(&mut w, s, path, false)?;
         let inode = d.inode().expect("positive");
         if inode.kind != FileType::Symlink {
             return fail(EINVAL);
         }
         let t = match inode.link.get() {
             Some(t) => t.to_vec(),
-            None => self.shared.fs().readlink(inode.ino)?,
+            None => inode.fs().readlink(inode.ino)?,
         };
         Ok(PathBuf::from(OsString::from_vec(t)))
     }
@@ -1283,7 +1431,7 @@ impl Vfs {
         if !self.cred.may(&inode.attr(), MAY_READ) {
             return fail(EACCES);
         }
-        let out = self.shared.fs().readdir(inode.ino, offset)?;
+        let out = inode.fs().readdir(inode.ino, offset)?;
         touch_atime(&self.shared, inode);
         Ok(out)
     }
@@ -1318,22 +1466,22 @@ impl Vfs {
         entry.check_same_vfs(&self.shared)?;
         opts.validate()?;
         let _g = self.shared.global();
-        self.finish_open(entry.inode(), opts, false)
+        self.finish_open(entry.mount(), entry.inode(), opts, false)
     }
 
     fn open_from(&self, start: Start, path: &[u8], opts: &OpenOptions) -> Result<File> {
         opts.validate()?;
         check_path(path)?;
         let _g = self.shared.global();
-        let mut w = Walk::new(&self.cred);
-        let (d, created) = self.open_walk(&mut w, self.start_ref(start, path)?, path, opts)?;
-        self.finish_open(d.inode().expect("positive"), opts, created)
+        let (mut w, s) = self.begin(start, path)?;
+        let (d, created) = self.open_walk(&mut w, s, path, opts)?;
+        self.finish_open(w.mnt(), d.inode().expect("positive"), opts, created)
     }
 
     /// Finds or creates the file to open (`path_openat`'s walk).
     fn open_walk<'a>(
         &'a self,
-        w: &mut Walk,
+        w: &mut RefWalk<'a>,
         start: DRef<'a>,
         path: &[u8],
         opts: &OpenOptions,
@@ -1370,12 +1518,12 @@ impl Vfs {
         let dir_attr = self.may_create(&p.dir)?;
         let perm = opts.mode & 0o7777 & !self.umask;
         let (owner, perm) = self.new_owner(&dir_attr, FileType::File, perm);
-        let attr = self.shared.fs().create(dir_attr.ino, name, perm, owner)?;
+        let attr = dir_inode.fs().create(dir_attr.ino, name, perm, owner)?;
         self.instantiate(&p.dir, &existing, &attr);
         Ok((existing, true))
     }
 
-    fn finish_open(&self, inode: &Inode, opts: &OpenOptions, created: bool) -> Result<File> {
+    fn finish_open(&self, mnt: &Mount, inode: &Inode, opts: &OpenOptions, created: bool) -> Result<File> {
         let attr = inode.attr();
         if attr.kind == FileType::Symlink {
             return fail(ELOOP); // only reachable with nofollow
@@ -1397,11 +1545,12 @@ impl Vfs {
             }
         }
         if opts.truncate && attr.kind == FileType::File && !created {
-            let a = self.shared.fs().setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
+            let a = inode.fs().setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
             inode.set_attr(&a);
         }
         inode.hold();
-        Ok(File::new(self.shared.clone(), inode, opts))
+        let mnt = self.dc().mntget(mnt).into_raw();
+        Ok(File::new(self.shared.clone(), mnt, inode, opts))
     }
 
     /// Reads a whole file.
@@ -1442,9 +1591,9 @@ pub(crate) fn touch_atime(shared: &Shared, inode: &Inode) {
     };
     if due {
         if inode.data.get().is_some() {
-            shared.fs().note_access(inode.ino);
+            inode.fs().note_access(inode.ino);
         }
-        inode.refresh(shared.fs());
+        inode.refresh(inode.fs());
     }
 }
 

@@ -100,7 +100,7 @@ fn cache() -> Arc<Dcache> {
 
 /// Adds `name` -> file `ino` under the root, and leaves it cached, unused.
 fn add(dc: &Dcache, name: &[u8], ino: Ino) {
-    let ip = dc.itable.iget(&attr(ino), false, &*dc.fs, &dc.counters);
+    let ip = dc.root_sb().iget(&attr(ino), false, &dc.counters);
     drop(dc.d_add(dc.root(), name, ip));
 }
 
@@ -187,7 +187,7 @@ fn loom_rename_vs_rcu_lookup() {
             let g = dc.rcu.read_lock();
             let root = dc.root();
             let seq = root.seq.read_begin().unwrap();
-            let r = dc.walk_rcu(&g, &mut Walk::new(&cred), root, seq, b"s", true);
+            let r = dc.walk_rcu(&g, &mut Walk::new(&cred), dc.ns.root(), root, seq, b"s", true);
             assert!(!matches!(r, Some(Err(_))), "RCU-walk reported a stable name missing");
         }
         assert!(dc.d_lookup(dc.root(), b"s").is_some(), "d_lookup missed a stable name");

@@ -53,7 +53,9 @@ use crate::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::fs::FileSystem;
-use crate::inode::{Inode, InodeTable};
+use crate::inode::{Inode, Super};
+use crate::mount::Namespace;
+use crate::sync::list_batch::ListMode;
 use crate::sync::{Lockref, Mutex, Rcu, RcuGuard, SeqCount, SeqLock};
 
 /// Live-object counters of one `Vfs`, kept past its end so that tests can
@@ -66,6 +68,7 @@ pub struct LiveCounters {
     dentries: AtomicI64,
     negative: AtomicI64,
     inodes: AtomicI64,
+    mounts: AtomicI64,
 }
 
 impl LiveCounters {
@@ -77,6 +80,13 @@ impl LiveCounters {
     }
     pub fn inodes(&self) -> i64 {
         self.inodes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Mounts besides the root one, attached or detached but still in use.
+    pub fn mounts(&self) -> i64 {
+        self.mounts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    pub(crate) fn add_mount(&self, n: i64) {
+        self.mounts.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
     pub(crate) fn add_inode(&self, n: i64) {
         self.inodes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
@@ -106,6 +116,8 @@ pub const PACKED: u32 = 4;
 pub const REFERENCED: u32 = 8;
 /// On the LRU list (changed under `Dcache::lru`).
 pub const ON_LRU: u32 = 16;
+/// Something is mounted here (changed under the namespace lock).
+pub const MOUNTED: u32 = 32;
 
 /// Links of the LRU list, touched only under `Dcache::lru`.
 struct LruLinks {
@@ -146,11 +158,13 @@ pub(crate) struct Dentry {
     next: AtomicPtr<Dentry>,
     /// The count in the `packed` layout.
     lockref_packed: Lockref,
+    /// The superblock (fixed at allocation; it outlives its dentries).
+    sb: AtomicPtr<Super>,
     /// Padding to the line. Atomic, like every other field, so that a
     /// pointer derived from a shared reference may free the dentry: under
     /// Stacked Borrows a shared reference grants write access only to
     /// interior-mutable bytes (Miri caught plain padding here).
-    _pad: [std::sync::atomic::AtomicU64; 2],
+    _pad: [std::sync::atomic::AtomicU64; 1],
     // ---- cache line 1: written by reference changes and updates ----
     /// The count in the `split` layout.
     lockref_split: Lockref,
@@ -206,6 +220,21 @@ impl Dentry {
         // SAFETY: a dentry holds a reference on its parent; a parent reached
         // by an RCU reader is freed only after a grace period.
         unsafe { &*self.parent.load(Ordering::Acquire) }
+    }
+
+    /// The superblock this dentry belongs to.
+    #[inline]
+    pub fn sb(&self) -> &Super {
+        // SAFETY: a superblock outlives its dentries (`kill_super` frees
+        // them first, and retires itself through RCU after them).
+        unsafe { &*self.sb.load(Ordering::Relaxed) }
+    }
+
+    /// A mount sits on this dentry (`DCACHE_MOUNTED`): a walk must look in
+    /// the mount hash.
+    #[inline]
+    pub fn is_mountpoint(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & MOUNTED != 0
     }
 
     #[inline]
@@ -326,14 +355,19 @@ pub(crate) struct Dcache {
     layout: u32,
     /// Reference changes always take `d_lock` (`dlock` mode).
     lock_only: bool,
-    pub fs: Arc<dyn FileSystem>,
     buckets: Box<[Bucket]>,
     mask: u64,
     pub tree_lock: Mutex<()>,
     pub rename_lock: SeqLock,
+    /// The root filesystem's root dentry (the root mount's root).
     root: *const Dentry,
-    pub itable: InodeTable,
+    /// Every live superblock (`*const Super`), the root one first.
+    supers: Mutex<Vec<usize>>,
+    /// The inode list mode of every superblock.
+    list: ListMode,
     pub counters: Arc<LiveCounters>,
+    /// The mount table.
+    pub ns: Namespace,
     pub rcu: Rcu,
     lru: Mutex<Lru>,
     /// Dentries the shrinker holds the cache to.
@@ -356,17 +390,15 @@ impl Dcache {
         buckets: usize,
         packed: bool,
         lock_only: bool,
-        list: crate::sync::list_batch::ListMode,
+        list: ListMode,
         target: usize,
         negative_target: usize,
     ) -> std::io::Result<Dcache> {
         let layout = if packed { PACKED } else { 0 };
         let n = buckets.next_power_of_two().max(1);
-        let counters = Arc::new(LiveCounters::default());
         let mut dc = Dcache {
             layout,
             lock_only,
-            fs: fs.clone(),
             buckets: (0..n)
                 .map(|_| Bucket { head: AtomicPtr::new(ptr::null_mut()), lock: Default::default() })
                 .collect(),
@@ -377,23 +409,56 @@ impl Dcache {
             target: target.max(16),
             negative_target,
             root: ptr::null(),
-            itable: InodeTable::new(list),
-            counters,
+            supers: Mutex::new(Vec::new()),
+            list,
+            counters: Arc::new(LiveCounters::default()),
+            ns: Namespace::new(),
             rcu: Rcu::new(),
         };
+        let sb = dc.new_super(fs)?;
+        // SAFETY: just created; lives as long as the cache.
+        dc.root = unsafe { (*sb).root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry };
+        dc.ns.init_root(sb, dc.root);
+        Ok(dc)
+    }
+
+    /// A new superblock for `fs`, with its root dentry (pinned for the
+    /// superblock's life: the count of 1 is the filesystem's own).
+    pub fn new_super(&self, fs: Arc<dyn FileSystem>) -> std::io::Result<*const Super> {
         let attr = fs.getattr(fs.root())?;
+        let sb = Box::into_raw(Box::new(Super::new(fs, self.list)));
+        // SAFETY: just allocated; freed only by `kill_super` or teardown.
+        let sbr = unsafe { &*sb };
         // The root's implicit lookup reference is the filesystem's own.
-        let inode = dc.itable.iget(&attr, false, &*fs, &dc.counters);
-        let root = Box::into_raw(Box::new(Dentry {
+        let inode = sbr.iget(&attr, false, &self.counters);
+        let root = self.new_dentry(ROOT | self.layout, ptr::null(), Name { hash: 0, bytes: Box::new([]) }, inode, sb);
+        // SAFETY: just allocated, not yet shared.
+        unsafe { (*root).parent.store(root, Ordering::Relaxed) };
+        sbr.root.store(root as usize, std::sync::atomic::Ordering::Relaxed);
+        self.counters.add_dentry(1, false);
+        self.supers.lock().push(sb as usize);
+        Ok(sb)
+    }
+
+    fn new_dentry(
+        &self,
+        flags: u32,
+        parent: *const Dentry,
+        name: Name,
+        inode: *const Inode,
+        sb: *const Super,
+    ) -> *mut Dentry {
+        Box::into_raw(Box::new(Dentry {
             seq: SeqCount::new(),
-            flags: AtomicU32::new(ROOT | layout),
-            parent: AtomicPtr::new(ptr::null_mut()),
-            name: AtomicPtr::new(Box::into_raw(Box::new(Name { hash: 0, bytes: Box::new([]) }))),
+            flags: AtomicU32::new(flags),
+            parent: AtomicPtr::new(parent as *mut Dentry),
+            name: AtomicPtr::new(Box::into_raw(Box::new(name))),
             inode: AtomicPtr::new(inode as *mut Inode),
             next: AtomicPtr::new(ptr::null_mut()),
-            lockref_packed: Lockref::new(1), // pinned for the cache's life
-            _pad: [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)],
-            lockref_split: Lockref::new(1),
+            lockref_packed: self.new_lockref(),
+            sb: AtomicPtr::new(sb as *mut Super),
+            _pad: [std::sync::atomic::AtomicU64::new(0)],
+            lockref_split: self.new_lockref(),
             tree: UnsafeCell::new(TreeLinks {
                 first_child: ptr::null(),
                 next_sibling: ptr::null(),
@@ -401,12 +466,23 @@ impl Dcache {
             }),
             lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
             _tail: [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)],
-        }));
-        // SAFETY: just allocated, not yet shared.
-        unsafe { (*root).parent.store(root, Ordering::Relaxed) };
-        dc.root = root;
-        dc.counters.add_dentry(1, false);
-        Ok(dc)
+        }))
+    }
+
+    /// Drops a reference on an in-core inode, in its own superblock.
+    ///
+    /// # Safety
+    /// The caller owns one reference on `inode`.
+    pub unsafe fn iput(&self, inode: *const Inode) {
+        // SAFETY: the caller's reference keeps the inode live.
+        let sb = unsafe { (*inode).sb() };
+        // SAFETY: as the caller promised.
+        unsafe { sb.itable.iput(inode, &self.rcu, &self.counters) };
+    }
+
+    /// The root filesystem's superblock.
+    pub fn root_sb(&self) -> &Super {
+        self.root().sb()
     }
 
     fn new_lockref(&self) -> Lockref {
@@ -553,24 +629,8 @@ impl Dcache {
     pub fn d_add<'a>(&'a self, parent: &Dentry, name: &[u8], inode: *const Inode) -> DRef<'a> {
         let hash = name_hash(parent, name);
         parent.lockref().get(); // the child's reference on its parent
-        let d = Box::into_raw(Box::new(Dentry {
-            seq: SeqCount::new(),
-            flags: AtomicU32::new(HASHED | self.layout),
-            parent: AtomicPtr::new(parent as *const Dentry as *mut Dentry),
-            name: AtomicPtr::new(Box::into_raw(Box::new(Name { hash, bytes: name.into() }))),
-            inode: AtomicPtr::new(inode as *mut Inode),
-            next: AtomicPtr::new(ptr::null_mut()),
-            lockref_packed: self.new_lockref(),
-            _pad: [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)],
-            lockref_split: self.new_lockref(),
-            tree: UnsafeCell::new(TreeLinks {
-                first_child: ptr::null(),
-                next_sibling: ptr::null(),
-                prev_sibling: ptr::null(),
-            }),
-            lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
-            _tail: [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)],
-        }));
+        let name = Name { hash, bytes: name.into() };
+        let d = self.new_dentry(HASHED | self.layout, parent, name, inode, parent.sb.load(Ordering::Relaxed));
         // SAFETY: just allocated; published below.
         let dr = unsafe { &*d };
         let _t = self.tree_lock.lock();
@@ -805,7 +865,7 @@ impl Dcache {
             self.counters.negative.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if !inode.is_null() {
                 // SAFETY: the dentry owned this reference on the inode.
-                unsafe { self.itable.iput(inode, &*self.fs, &self.rcu, &self.counters) };
+                unsafe { self.iput(inode) };
             }
         } else {
             drop(g);
@@ -901,7 +961,7 @@ impl Dcache {
             self.counters.add_dentry(-1, inode.is_null());
             if !inode.is_null() {
                 // SAFETY: the dentry owned this reference.
-                unsafe { self.itable.iput(inode, &*self.fs, &self.rcu, &self.counters) };
+                unsafe { self.iput(inode) };
             }
             let name = dr.name.load(Ordering::Relaxed);
             // SAFETY: unhashed and off the tree: only RCU readers that found
@@ -1121,9 +1181,30 @@ impl Dcache {
     /// Kills every unused dentry (like dropping caches), leaves first.
     pub fn shrink_all(&self) {
         let _t = self.tree_lock.lock();
+        let roots: Vec<usize> = self
+            .supers
+            .lock()
+            .iter()
+            .map(|&sb| {
+                // SAFETY: superblocks on the list are live.
+                unsafe { (*(sb as *const Super)).root.load(std::sync::atomic::Ordering::Relaxed) }
+            })
+            .collect();
+        for r in roots {
+            // SAFETY: tree_lock is held; a superblock's root lives as long
+            // as it, and superblocks die under tree_lock.
+            unsafe { self.shrink_tree_locked(r as *const Dentry) };
+        }
+    }
+
+    /// Kills every unused dentry under `root`, leaves first.
+    ///
+    /// # Safety
+    /// The caller holds `tree_lock`; `root` is live.
+    unsafe fn shrink_tree_locked(&self, root: *const Dentry) {
         loop {
             let mut victims = Vec::new();
-            let mut stack = vec![self.root];
+            let mut stack = vec![root];
             while let Some(x) = stack.pop() {
                 // SAFETY: tree_lock held; tree members are live.
                 let mut c = unsafe { (*x).links().first_child };
@@ -1168,29 +1249,71 @@ impl Dcache {
             }
         }
     }
+
+    /// Tears down a superblock whose last mount is gone (`kill_super`,
+    /// `shrink_dcache_for_umount`): no handle, file or mount uses any of its
+    /// dentries, so every one is unused; they go, then its root, then its
+    /// inodes, and the superblock itself after a grace period (RCU walkers
+    /// that crossed into it earlier may still read it).
+    pub fn kill_super(&self, sb: *const Super) {
+        // SAFETY: the caller dropped the last mount; nothing else frees it.
+        let sbr = unsafe { &*sb };
+        let root = sbr.root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry;
+        {
+            let _t = self.tree_lock.lock();
+            // SAFETY: tree_lock held; the root is pinned until below.
+            unsafe { self.shrink_tree_locked(root) };
+            // SAFETY: as above.
+            let r = unsafe { &*root };
+            // SAFETY: tree_lock held.
+            assert!(unsafe { r.links().first_child.is_null() }, "a dentry of an unmounted filesystem is in use");
+            r.seq.invalidate();
+            let inode = r.inode.swap(ptr::null_mut(), Ordering::Relaxed);
+            Self::alias_del(inode, r);
+            self.counters.add_dentry(-1, false);
+            // SAFETY: the root owned this reference; the root is off every
+            // list and only RCU readers can still see it.
+            unsafe {
+                self.iput(inode);
+                self.rcu.retire_box(r.name.load(Ordering::Relaxed));
+                self.rcu.retire_box(root as *mut Dentry);
+            }
+        }
+        sbr.itable.clear(&self.counters);
+        self.supers.lock().retain(|&x| x != sb as usize);
+        // SAFETY: off the list, with no dentry, inode or mount left.
+        unsafe { self.rcu.retire_box(sb as *mut Super) };
+    }
 }
 
 impl Drop for Dcache {
-    /// Teardown (`shrink_dcache_for_umount`): nothing else can reach the
-    /// cache, so every dentry goes without locks, then every inode.
+    /// Teardown (`shrink_dcache_for_umount`): the mounts go first (each
+    /// filesystem mounted besides the root is killed with its last mount);
+    /// then nothing else can reach the cache, so every dentry left goes
+    /// without locks, then every inode.
     fn drop(&mut self) {
-        let mut stack = vec![self.root];
-        while let Some(x) = stack.pop() {
-            // SAFETY: teardown: we own every dentry in the tree.
-            let d = unsafe { Box::from_raw(x as *mut Dentry) };
-            // SAFETY: we own the whole tree; nobody else touches the links.
-            let mut c = unsafe { (*d.tree.get()).first_child };
-            while !c.is_null() {
-                stack.push(c);
-                // SAFETY: as above; `c` is freed only when popped.
-                c = unsafe { (*(*c).tree.get()).next_sibling };
+        self.umount_all();
+        for sb in std::mem::take(&mut *self.supers.lock()) {
+            // SAFETY: teardown: we own every superblock left.
+            let sb = unsafe { Box::from_raw(sb as *mut Super) };
+            let mut stack = vec![sb.root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry];
+            while let Some(x) = stack.pop() {
+                // SAFETY: teardown: we own every dentry in the tree.
+                let d = unsafe { Box::from_raw(x as *mut Dentry) };
+                // SAFETY: we own the whole tree; nobody else touches the links.
+                let mut c = unsafe { (*d.tree.get()).first_child };
+                while !c.is_null() {
+                    stack.push(c);
+                    // SAFETY: as above; `c` is freed only when popped.
+                    c = unsafe { (*(*c).tree.get()).next_sibling };
+                }
+                let inode = d.inode.load(Ordering::Relaxed);
+                self.counters.add_dentry(-1, inode.is_null());
+                // SAFETY: the name is owned by the dentry.
+                drop(unsafe { Box::from_raw(d.name.load(Ordering::Relaxed)) });
             }
-            let inode = d.inode.load(Ordering::Relaxed);
-            self.counters.add_dentry(-1, inode.is_null());
-            // SAFETY: the name is owned by the dentry.
-            drop(unsafe { Box::from_raw(d.name.load(Ordering::Relaxed)) });
+            sb.itable.clear(&self.counters);
         }
-        self.itable.clear(&self.counters);
     }
 }
 
