@@ -197,3 +197,55 @@ fn loom_rename_vs_rcu_lookup() {
         assert!(dc.d_lookup(dc.root(), b"a").is_none());
     });
 }
+
+/// A walk racing a mount and a lazy umount on the directory it crosses:
+/// whatever it answers, once validated, is either the directory itself in
+/// the root mount or the mounted filesystem's root in the new mount, never
+/// a mix (the `MOUNTED` flag, the mount hash and the namespace count are
+/// published in the right order).
+#[test]
+fn loom_mount_umount_vs_walk() {
+    model(|| {
+        let dc = cache();
+        add(&dc, b"m", 2); // a directory
+        let sb = dc.new_super(Arc::new(Stub)).unwrap() as usize;
+        let writer = {
+            let dc = dc.clone();
+            thread::spawn(move || {
+                let root_mnt = dc.ns.root();
+                let m = dc.d_lookup(dc.root(), b"m").expect("cached");
+                dc.do_mount(root_mnt, &m, sb as *const crate::inode::Super);
+                let top = {
+                    let g = dc.rcu.read_lock();
+                    dc.mntget(dc.ns.lookup(&g, root_mnt, &m).expect("just mounted"))
+                };
+                drop(m);
+                dc.do_umount(top, true).unwrap();
+            })
+        };
+        let cred = Cred::root();
+        {
+            thread::yield_now();
+            let g = dc.rcu.read_lock();
+            let root = dc.root();
+            let seq = root.seq.read_begin().unwrap();
+            let r = dc.walk_rcu(&g, &mut Walk::new(&cred), dc.ns.root(), root, seq, b"m", true);
+            if let Some(Ok((mnt, d, dseq))) = r {
+                let ino = d.inode().map(|i| i.ino);
+                if !d.seq.read_retry(dseq) {
+                    let mounted = !std::ptr::eq(mnt, dc.ns.root());
+                    // The mounted filesystem's root is inode 1; the
+                    // directory under it is inode 2.
+                    assert_eq!(ino, Some(if mounted { 1 } else { 2 }), "a mixed answer");
+                }
+            }
+        }
+        writer.join().unwrap();
+        let g = dc.rcu.read_lock();
+        let root = dc.root();
+        let seq = root.seq.read_begin().unwrap();
+        let r = dc.walk_rcu(&g, &mut Walk::new(&cred), dc.ns.root(), root, seq, b"m", true);
+        let (mnt, d, _) = r.expect("no writer left").expect("m exists");
+        assert!(std::ptr::eq(mnt, dc.ns.root()) && d.inode().map(|i| i.ino) == Some(2), "detached at once");
+    });
+}
