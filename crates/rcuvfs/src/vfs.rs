@@ -13,11 +13,12 @@
 //! |-------------------------|--------------------------------------------------------|
 //! | `Shared::global`        | the whole operation, in the `global` mode only          |
 //! | `Shared::rename_mutex`  | a rename between two directories (`s_vfs_rename_mutex`): the tree's shape above them cannot change while the ancestry checks run |
-//! | `Inode::dir_lock`       | a directory while a name in it is created, removed, renamed, or looked up in the filesystem |
+//! | `Inode::dir_lock`       | a directory while a name in it is created, removed, renamed, or looked up in the filesystem; a mountpoint while a mount is attached on it (`lock_mount`) |
+//! | `Namespace::lock`       | the mount tree (see `mount`)                            |
 //!
 //! Order: `global`, then `rename_mutex`, then directory locks (an ancestor
 //! before its descendant; unrelated directories by address), then the
-//! dcache's own locks (see `dcache`).
+//! namespace lock, then the dcache's own locks (see `dcache`).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
