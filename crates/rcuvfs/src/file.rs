@@ -27,6 +27,8 @@ pub struct OpenOptions {
     pub(crate) create_new: bool,
     pub(crate) nofollow: bool,
     pub(crate) mode: u32,
+    /// Built from `open(2)` flags: POSIX rules, not `std`'s.
+    pub(crate) posix: bool,
 }
 
 impl Default for OpenOptions {
@@ -46,7 +48,28 @@ impl OpenOptions {
             create_new: false,
             nofollow: false,
             mode: 0o666,
+            posix: false,
         }
+    }
+
+    /// Options from `open(2)` flags (`O_ACCMODE`, `O_APPEND`, `O_TRUNC`,
+    /// `O_CREAT`, `O_EXCL`, `O_NOFOLLOW`), with POSIX's rules rather than
+    /// `std`'s: `O_RDONLY | O_CREAT` creates, `O_TRUNC` needs only write
+    /// permission on the file. For servers such as FUSE.
+    pub fn from_flags(flags: i32) -> OpenOptions {
+        let mut o = OpenOptions::new();
+        match flags & libc::O_ACCMODE {
+            libc::O_RDONLY => o.read = true,
+            libc::O_WRONLY => o.write = true,
+            _ => (o.read, o.write) = (true, true),
+        }
+        o.append = flags & libc::O_APPEND != 0;
+        o.truncate = flags & libc::O_TRUNC != 0;
+        o.create = flags & libc::O_CREAT != 0;
+        o.create_new = o.create && flags & libc::O_EXCL != 0;
+        o.nofollow = flags & libc::O_NOFOLLOW != 0;
+        o.posix = true;
+        o
     }
     pub fn read(&mut self, v: bool) -> &mut Self {
         self.read = v;
@@ -97,6 +120,9 @@ impl OpenOptions {
 
     /// The combinations `std` rejects with EINVAL.
     pub(crate) fn validate(&self) -> Result<()> {
+        if self.posix {
+            return Ok(());
+        }
         if !self.read && !self.writes() {
             return fail(EINVAL);
         }

@@ -1002,16 +1002,30 @@ impl Vfs {
         self.link_from(Start::At(src_dir), bytes(src.as_ref()), Start::At(dst_dir), bytes(dst.as_ref()))
     }
 
+    /// `linkat(fd, "", dir, name, AT_EMPTY_PATH)`: a new name in `dir` for
+    /// the object behind `src` (FUSE's link).
+    pub fn link_entry(&self, src: &Entry, dir: &Entry, name: impl AsRef<OsStr>) -> Result<()> {
+        src.check_same_vfs(&self.shared)?;
+        let name = name.as_ref().as_bytes();
+        check_name(name)?;
+        let _g = self.shared.global();
+        self.link_to(src.mount(), src.dentry(), Start::At(dir), name)
+    }
+
     fn link_from(&self, src_start: Start, src: &[u8], dst_start: Start, dst: &[u8]) -> Result<()> {
         check_path(src)?;
         check_path(dst)?;
         let _g = self.shared.global();
+        let (mut w, s) = self.begin(src_start, src)?;
+        let src_d = self.dc().walk(&mut w, s, src, false)?;
+        self.link_to(w.mnt(), &src_d, dst_start, dst)
+    }
+
+    fn link_to(&self, src_mnt: &Mount, src_d: &Dentry, dst_start: Start, dst: &[u8]) -> Result<()> {
         let dc = self.dc();
-        let (mut w1, s) = self.begin(src_start, src)?;
-        let src_d = dc.walk(&mut w1, s, src, false)?;
         let (mut w, s) = self.begin(dst_start, dst)?;
         let p = dc.walk_parent(&mut w, s, dst)?;
-        if !std::ptr::eq(w1.mnt(), w.mnt()) {
+        if !std::ptr::eq(src_mnt, w.mnt()) {
             return fail(EXDEV);
         }
         let Last::Normal(name) = p.last else {
@@ -1030,9 +1044,24 @@ impl Vfs {
         if src_inode.kind == FileType::Dir {
             return fail(EPERM);
         }
+        if src_inode.attr().nlink == 0 {
+            return fail(ENOENT); // linkat of an unlinked file (not O_TMPFILE)
+        }
         let attr = src_inode.fs().link(src_inode.ino, dir_attr.ino, name)?;
         self.instantiate(&p.dir, &existing, &attr);
         Ok(())
+    }
+
+    /// `faccessat` on a handle (FUSE's access): `mask` is a sum of
+    /// `libc::R_OK`, `W_OK` and `X_OK` (`F_OK`, 0, checks existence only).
+    pub fn access(&self, entry: &Entry, mask: u32) -> Result<()> {
+        entry.check_same_vfs(&self.shared)?;
+        // R_OK, W_OK and X_OK are 4, 2 and 1, as MAY_READ, MAY_WRITE, MAY_EXEC.
+        if self.cred.may(&entry.inode().attr(), mask & 7) {
+            Ok(())
+        } else {
+            fail(EACCES)
+        }
     }
 
     // ---- removing names ----
@@ -1394,6 +1423,20 @@ impl Vfs {
         let (mut w, s) = self.begin(start, path)?;
         let d = self.dc().walk(&mut w, s, path, false)?;
         let inode = d.inode().expect("positive");
+        if inode.kind != FileType::Symlink {
+            return fail(EINVAL);
+        }
+        let t = match inode.link.get() {
+            Some(t) => t.to_vec(),
+            None => inode.fs().readlink(inode.ino)?,
+        };
+        Ok(PathBuf::from(OsString::from_vec(t)))
+    }
+
+    /// `readlinkat(fd, "")` on a symlink handle (FUSE's readlink).
+    pub fn read_link_entry(&self, entry: &Entry) -> Result<PathBuf> {
+        entry.check_same_vfs(&self.shared)?;
+        let inode = entry.inode();
         if inode.kind != FileType::Symlink {
             return fail(EINVAL);
         }

@@ -379,5 +379,8 @@ fn lookups_racing_mount_and_umount_never_answer_wrongly() {
         assert!(seen[0].load(Ordering::Relaxed) > 0, "{mode:?}");
         v.synchronize();
         assert_eq!(v.stats().mounts, 0, "{mode:?}");
+        let live = v.live_counters();
+        drop(v);
+        assert_eq!((live.dentries(), live.inodes(), live.mounts()), (0, 0, 0), "{mode:?}: leaks");
     }
 }

@@ -1,0 +1,732 @@
+//! `rcuvfs mount`: serves a [`Vfs`] over FUSE (the fuser crate: its pure
+//! Rust mount, several worker threads, each with its own cloned
+//! `/dev/fuse` descriptor).
+//!
+//! The server sits on the library's handle level, as the kernel sits on its
+//! own dcache:
+//! - a FUSE node id is an inode number (the root's is swapped with FUSE's
+//!   fixed 1), and the node table holds one [`Entry`] per node with the
+//!   kernel's lookup count: every reply that creates a kernel dentry (lookup,
+//!   create, mkdir, mknod, symlink, link, each readdirplus entry) counts
+//!   one, and `forget` drops them; the entry handle goes at zero;
+//! - an open file is a [`File`] in the handle table; directories need none;
+//! - every request runs in a view with the caller's uid, gid and
+//!   supplementary groups (read from `/proc/PID/status`, as libfuse's
+//!   `fuse_req_getgroups` does) and umask 0, since the kernel has applied
+//!   the caller's umask already; the library does every permission check
+//!   (no `default_permissions`);
+//! - entry and attribute timeouts are 1 s, or 0 with `--no-kernel-cache`,
+//!   when every lookup reaches rcuvfs's own dcache;
+//! - extended attributes answer `ENOTSUP`.
+//!
+//! The node and handle tables are sharded maps, so requests on different
+//! nodes do not meet on one lock.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use fuser::{
+    AccessFlags, Config, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+};
+use rcuvfs::fs::{SetAttr, SetTime, Timespec};
+use rcuvfs::{Cred, Entry, File, FileType, Metadata, OpenOptions, RenameFlags, Vfs};
+
+#[derive(clap::Args)]
+pub struct MountArgs {
+    /// Where to mount: an existing directory.
+    mountpoint: PathBuf,
+    /// Worker threads reading requests, each on its own cloned /dev/fuse
+    /// descriptor.
+    #[arg(long, default_value_t = default_threads())]
+    threads: usize,
+    /// memfs: bytes of file data before ENOSPC.
+    #[arg(long)]
+    size: Option<u64>,
+    /// memfs: inodes before ENOSPC.
+    #[arg(long)]
+    inodes: Option<u64>,
+    /// Entry and attribute timeouts of 0, so that every lookup and stat
+    /// reaches rcuvfs instead of the kernel's dcache.
+    #[arg(long)]
+    no_kernel_cache: bool,
+    /// What to serve: `memfs` (an empty in-memory filesystem).
+    #[arg(long, default_value = "memfs")]
+    backend: String,
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 16)
+}
+
+/// Mounts and serves until unmounted (`umount`, `fusermount3 -u`) or until
+/// SIGINT or SIGTERM, which unmount first.
+pub fn run(args: MountArgs) -> io::Result<()> {
+    match std::fs::metadata(&args.mountpoint) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(io::Error::other(format!("mountpoint {}: not a directory", args.mountpoint.display()))),
+        Err(e) => return Err(io::Error::other(format!("mountpoint {}: {e}", args.mountpoint.display()))),
+    }
+    if args.backend != "memfs" {
+        return Err(io::Error::other(format!("backend {:?} is not available yet (memfs only)", args.backend)));
+    }
+    let mut b = Vfs::builder().umask(0);
+    if let Some(n) = args.size {
+        b = b.max_bytes(n);
+    }
+    if let Some(n) = args.inodes {
+        b = b.max_inodes(n);
+    }
+    let vfs = b.build()?;
+    let ttl = if args.no_kernel_cache { Duration::ZERO } else { Duration::from_secs(1) };
+    let server = Server::new(vfs, ttl);
+
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("rcuvfs".into()),
+        MountOption::Subtype("rcuvfs".into()),
+        MountOption::RW,
+        MountOption::Dev,
+        MountOption::Suid,
+    ];
+    config.acl = SessionACL::All; // allow_other: other users reach the mount
+    config.n_threads = Some(args.threads.max(1));
+    config.clone_fd = true;
+
+    // SIGINT and SIGTERM are blocked in every thread (the workers inherit
+    // the mask) and taken by one thread with sigwait, which unmounts; the
+    // session then ends as it does on an external umount.
+    let signals = block_signals();
+    let mut session = fuser::Session::new(server, &args.mountpoint, &config)
+        .map_err(|e| io::Error::new(e.kind(), format!("mount on {}: {e}", args.mountpoint.display())))?;
+    let mut unmounter = session.unmount_callable();
+    let mountpoint = args.mountpoint.clone();
+    std::thread::spawn(move || {
+        let sig = wait_signal(&signals);
+        eprintln!("rcuvfs: signal {sig}: unmounting {}", mountpoint.display());
+        if let Err(e) = unmounter.unmount() {
+            eprintln!("rcuvfs: unmount: {e}");
+            std::process::exit(1);
+        }
+    });
+    eprintln!("rcuvfs: serving memfs on {} ({} threads)", args.mountpoint.display(), args.threads);
+    session.run()?;
+    eprintln!("rcuvfs: unmounted");
+    Ok(())
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain libc calls on a local, initialized signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t) -> i32 {
+    let mut sig = 0;
+    // SAFETY: `set` is initialized; `sig` is a valid out pointer.
+    unsafe { libc::sigwait(set, &mut sig) };
+    sig
+}
+
+/// One node the kernel knows: a handle and the kernel's lookup count.
+struct Node {
+    entry: Entry,
+    nlookup: u64,
+}
+
+struct Server {
+    vfs: Vfs,
+    /// The library's root inode number (swapped with FUSE's 1).
+    root_ino: u64,
+    ttl: Duration,
+    nodes: DashMap<u64, Node>,
+    files: DashMap<u64, Arc<OpenFile>>,
+    next_fh: AtomicU64,
+}
+
+struct OpenFile {
+    file: File,
+    append: bool,
+}
+
+fn errno(e: io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn kind(t: FileType) -> fuser::FileType {
+    match t {
+        FileType::File => fuser::FileType::RegularFile,
+        FileType::Dir => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(Timespec::from_system_time(t)),
+    }
+}
+
+/// The caller's supplementary groups, from `/proc/PID/status`.
+fn groups(pid: u32) -> Vec<u32> {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+impl Server {
+    fn new(vfs: Vfs, ttl: Duration) -> Server {
+        let root = vfs.root_entry();
+        let root_ino = root.ino();
+        let nodes = DashMap::new();
+        // The root is never forgotten.
+        nodes.insert(1, Node { entry: root, nlookup: 1 });
+        Server { vfs, root_ino, ttl, nodes, files: DashMap::new(), next_fh: AtomicU64::new(1) }
+    }
+
+    /// FUSE node id <-> library inode number.
+    fn node_id(&self, ino: u64) -> u64 {
+        if ino == self.root_ino {
+            1
+        } else if ino == 1 {
+            self.root_ino
+        } else {
+            ino
+        }
+    }
+
+    /// The view a request runs in: the caller's credentials.
+    fn view(&self, req: &Request) -> Vfs {
+        let (uid, gid) = (req.uid(), req.gid());
+        let groups = if uid == 0 { Vec::new() } else { groups(req.pid()) };
+        self.vfs.with_cred(Cred::new(uid, gid, &groups))
+    }
+
+    fn entry(&self, node: INodeNo) -> Result<Entry, Errno> {
+        self.nodes.get(&node.0).map(|n| n.entry.clone()).ok_or(Errno::ESTALE)
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
+        self.files.get(&fh.0).map(|f| f.clone()).ok_or(Errno::EBADF)
+    }
+
+    fn attr(&self, m: &Metadata) -> FileAttr {
+        let a = m.attr();
+        FileAttr {
+            ino: INodeNo(self.node_id(a.ino)),
+            size: a.size,
+            blocks: a.blocks,
+            atime: a.atime.to_system_time(),
+            mtime: a.mtime.to_system_time(),
+            ctime: a.ctime.to_system_time(),
+            crtime: a.ctime.to_system_time(),
+            kind: kind(a.kind),
+            perm: (a.perm & 0o7777) as u16,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev as u32,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// Counts one kernel lookup of `e` and returns its attributes.
+    fn remember(&self, e: Entry) -> Result<FileAttr, Errno> {
+        let attr = self.attr(&e.metadata().map_err(errno)?);
+        self.nodes.entry(attr.ino.0).and_modify(|n| n.nlookup += 1).or_insert(Node { entry: e, nlookup: 1 });
+        Ok(attr)
+    }
+
+    /// Looks `name` up in `parent` and counts the kernel's new reference.
+    fn lookup_entry(&self, v: &Vfs, parent: &Entry, name: &OsStr) -> Result<FileAttr, Errno> {
+        let e = v.lookup_at(parent, name).map_err(errno)?;
+        self.remember(e)
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, r: Result<FileAttr, Errno>) {
+        match r {
+            Ok(a) => reply.entry(&self.ttl, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn add_file(&self, file: File, append: bool) -> FileHandle {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.files.insert(fh, Arc::new(OpenFile { file, append }));
+        FileHandle(fh)
+    }
+}
+
+fn done(reply: ReplyEmpty, r: io::Result<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+impl fuser::Filesystem for Server {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // readdirplus fills the kernel's dcache while listing; the kernel
+        // decides per directory (READDIRPLUS_AUTO). Both are optional.
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = self.entry(parent).and_then(|p| self.lookup_entry(&self.view(req), &p, name));
+        self.reply_entry(reply, r);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if ino.0 == 1 {
+            return;
+        }
+        // The entry handle is dropped outside the shard's lock.
+        let gone = self.nodes.remove_if_mut(&ino.0, |_, n| {
+            n.nlookup = n.nlookup.saturating_sub(nlookup);
+            n.nlookup == 0
+        });
+        drop(gone);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let m = match fh.and_then(|fh| self.file(fh).ok()) {
+            Some(f) => f.file.metadata(),
+            None => match self.entry(ino) {
+                Ok(e) => e.metadata(),
+                Err(e) => return reply.error(e),
+            },
+        };
+        match m {
+            Ok(m) => reply.attr(&self.ttl, &self.attr(&m)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let r = (|| {
+            let e = self.entry(ino)?;
+            let v = self.view(req);
+            let mut set = SetAttr {
+                perm: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                size,
+                atime: atime.map(set_time),
+                mtime: mtime.map(set_time),
+            };
+            // ftruncate: the open checked the permission; the file mode
+            // may have changed since.
+            if let (Some(size), Some(fh)) = (size, fh) {
+                let f = self.file(fh)?;
+                f.file.set_len(size).map_err(errno)?;
+                set.size = None;
+            }
+            let m = if set == SetAttr::default() { e.metadata() } else { v.set_attr(&e, &set) };
+            m.map_err(errno)
+        })();
+        match r {
+            Ok(m) => reply.attr(&self.ttl, &self.attr(&m)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.entry(ino).and_then(|e| self.vfs.read_link_entry(&e).map_err(errno)) {
+            Ok(t) => reply.data(t.as_os_str().as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let p = self.entry(parent)?;
+            let v = self.view(req);
+            let kind = FileType::from_mode(mode).ok_or(Errno::EINVAL)?;
+            v.mknod_at(&p, name, kind, mode & 0o7777, u64::from(rdev)).map_err(errno)?;
+            self.lookup_entry(&v, &p, name)
+        })();
+        self.reply_entry(reply, r);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let r = (|| {
+            let p = self.entry(parent)?;
+            let v = self.view(req);
+            v.create_dir_at(&p, name, mode & 0o7777).map_err(errno)?;
+            self.lookup_entry(&v, &p, name)
+        })();
+        self.reply_entry(reply, r);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.entry(parent) {
+            Ok(p) => done(reply, self.view(req).remove_file_at(&p, name)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.entry(parent) {
+            Ok(p) => done(reply, self.view(req).remove_dir_at(&p, name)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let r = (|| {
+            let p = self.entry(parent)?;
+            let v = self.view(req);
+            v.symlink_at(target, &p, link_name).map_err(errno)?;
+            self.lookup_entry(&v, &p, link_name)
+        })();
+        self.reply_entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = (|| {
+            let (p, np) = (self.entry(parent)?, self.entry(newparent)?);
+            let flags = RenameFlags::from_bits(flags.bits()).map_err(errno)?;
+            self.view(req).rename_at(&p, name, &np, newname, flags).map_err(errno)
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = (|| {
+            let (e, np) = (self.entry(ino)?, self.entry(newparent)?);
+            let v = self.view(req);
+            v.link_entry(&e, &np, newname).map_err(errno)?;
+            self.lookup_entry(&v, &np, newname)
+        })();
+        self.reply_entry(reply, r);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = (|| {
+            let e = self.entry(ino)?;
+            let f = self.view(req).open_entry(&e, &OpenOptions::from_flags(flags.0)).map_err(errno)?;
+            Ok(self.add_file(f, flags.0 & libc::O_APPEND != 0))
+        })();
+        match r {
+            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = (|| {
+            let p = self.entry(parent)?;
+            let v = self.view(req);
+            let mut o = OpenOptions::from_flags(flags | libc::O_CREAT);
+            o.mode(mode & 0o7777);
+            let f = v.open_at(&p, name, &o).map_err(errno)?;
+            let attr = self.lookup_entry(&v, &p, name)?;
+            Ok((attr, self.add_file(f, flags & libc::O_APPEND != 0)))
+        })();
+        match r {
+            Ok((attr, fh)) => reply.created(&self.ttl, &attr, Generation(0), fh, FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = (|| {
+            let f = self.file(fh)?;
+            let mut buf = vec![0u8; size as usize];
+            let n = f.file.read_at(&mut buf, offset).map_err(errno)?;
+            buf.truncate(n);
+            Ok(buf)
+        })();
+        match r {
+            Ok(b) => reply.data(&b),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = (|| {
+            let f = self.file(fh)?;
+            if f.append {
+                f.file.append_at_end(data).map_err(errno)?;
+            } else {
+                f.file.write_at(data, offset).map_err(errno)?;
+            }
+            Ok(data.len() as u32)
+        })();
+        match r {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        drop(self.files.remove(&fh.0));
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match self.file(fh) {
+            Ok(f) => done(reply, f.file.sync_all()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // A directory needs no state: readdir lists from the node's handle
+        // by cookie. The read permission is checked here and on each read.
+        let r = self.entry(ino).and_then(|e| {
+            if !e.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+            self.view(req).access(&e, libc::R_OK as u32).map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let r = (|| {
+            let e = self.entry(ino)?;
+            let v = self.view(req);
+            // "." and ".." take offsets 1 and 2; the filesystem's cookies
+            // (1 and up) are shifted by 2.
+            if offset < 1 && reply.add(ino, 1, fuser::FileType::Directory, ".") {
+                return Ok(());
+            }
+            if offset < 2 {
+                let up = v.metadata_at(&e, "..", false).map_err(errno)?;
+                if reply.add(INodeNo(self.node_id(up.ino())), 2, fuser::FileType::Directory, "..") {
+                    return Ok(());
+                }
+            }
+            for d in v.read_dir_at(&e, offset.saturating_sub(2)).map_err(errno)? {
+                let node = INodeNo(self.node_id(d.ino));
+                if reply.add(node, d.offset + 2, kind(d.kind), OsStr::from_bytes(&d.name)) {
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdirplus(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let r = (|| {
+            let e = self.entry(ino)?;
+            let v = self.view(req);
+            // The kernel counts no lookup for "." and "..".
+            if offset < 1 {
+                let a = self.attr(&e.metadata().map_err(errno)?);
+                if reply.add(ino, 1, ".", &self.ttl, &a, Generation(0)) {
+                    return Ok(());
+                }
+            }
+            if offset < 2 {
+                let a = self.attr(&v.metadata_at(&e, "..", false).map_err(errno)?);
+                if reply.add(a.ino, 2, "..", &self.ttl, &a, Generation(0)) {
+                    return Ok(());
+                }
+            }
+            for d in v.read_dir_at(&e, offset.saturating_sub(2)).map_err(errno)? {
+                let name = OsStr::from_bytes(&d.name);
+                let Ok(child) = v.lookup_at(&e, name) else { continue }; // removed meanwhile
+                let a = self.attr(&child.metadata().map_err(errno)?);
+                if reply.add(a.ino, d.offset + 2, name, &self.ttl, &a, Generation(0)) {
+                    break; // not sent: not counted
+                }
+                self.remember(child)?;
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.vfs.statfs() {
+            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        match self.entry(ino) {
+            Ok(e) => done(reply, self.view(req).access(&e, mask.bits() as u32)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // posix_fallocate (mode 0) extends the size; memfs stores holes as
+        // nothing, so no space is reserved. Other modes are not supported.
+        if mode != 0 {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let r = (|| {
+            let f = self.file(fh)?;
+            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+            if end > f.file.metadata().map_err(errno)?.len() {
+                f.file.set_len(end).map_err(errno)?;
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}
