@@ -204,8 +204,10 @@ impl Inode {
 pub(crate) struct Super {
     pub fs: Arc<dyn FileSystem>,
     pub itable: InodeTable,
-    /// `fs.revalidates()`, read once: RCU-walk gives up in such a filesystem.
-    pub revalidates: bool,
+    /// Cached names must be revalidated (`fs.revalidates()`, and then what
+    /// the filesystem says through `Notify::set_revalidate`): RCU-walk gives
+    /// up in such a filesystem. Read with a relaxed load, written rarely.
+    pub revalidates: std::sync::atomic::AtomicBool,
     /// The root dentry, set once at creation (a `*const Dentry`).
     pub root: AtomicUsize,
     /// Mounts of this superblock; changed under the namespace lock.
@@ -215,7 +217,7 @@ pub(crate) struct Super {
 impl Super {
     pub fn new(fs: Arc<dyn FileSystem>, list: ListMode) -> Super {
         Super {
-            revalidates: fs.revalidates(),
+            revalidates: std::sync::atomic::AtomicBool::new(fs.revalidates()),
             fs,
             itable: InodeTable::new(list),
             root: AtomicUsize::new(0),
@@ -296,6 +298,15 @@ impl InodeTable {
             unsafe { self.list.add(&inode.sb) };
         }
         p
+    }
+
+    /// The in-core inode `ino` with one more reference, if it is in core.
+    pub fn find_hold(&self, ino: Ino) -> Option<*const Inode> {
+        let map = self.map.lock();
+        let p = *map.get(&ino)?;
+        // SAFETY: pointers in the map are live; the lock keeps it there.
+        unsafe { (*p).refs.fetch_add(1, Ordering::Relaxed) };
+        Some(p)
     }
 
     /// Drops a reference; the last one forgets and frees the inode.

@@ -213,7 +213,7 @@ impl Dcache {
         } else {
             (mnt, start, start_seq)
         };
-        if cur.sb().revalidates {
+        if cur.sb().revalidates.load(std::sync::atomic::Ordering::Relaxed) {
             return None; // every cached entry must be asked about: REF-walk
         }
         let trailing = path.last() == Some(&b'/');
@@ -260,7 +260,7 @@ impl Dcache {
                             }
                             (mnt, cur) = (m, m.root());
                             seq = cur.seq.read_begin()?;
-                            if cur.sb().revalidates {
+                            if cur.sb().revalidates.load(std::sync::atomic::Ordering::Relaxed) {
                                 return None;
                             }
                         }
@@ -336,13 +336,13 @@ impl Dcache {
             return Ok(None);
         };
         let sb = dir.sb();
-        if sb.revalidates {
+        if sb.revalidates.load(std::sync::atomic::Ordering::Relaxed) {
             let dino = dir.inode().expect("positive directory").ino;
-            if let Some(i) = d.inode() {
-                if !sb.fs.revalidate(dino, name, i.ino)? {
-                    self.d_invalidate(&d);
-                    return Ok(None);
-                }
+            // A cached miss is asked about as inode 0 (FUSE's negative entry).
+            let ino = d.inode().map_or(0, |i| i.ino);
+            if !sb.fs.revalidate(dino, name, ino)? {
+                self.d_invalidate(&d);
+                return Ok(None);
             }
         }
         Ok(Some(d))

@@ -34,7 +34,7 @@ use crate::error::{
 use crate::file::{File, OpenOptions};
 use crate::filemap::CacheMode;
 use crate::fs::memfs::{AtimePolicy, MemFs, MemFsOptions};
-use crate::fs::{Attr, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec};
+use crate::fs::{Attr, FileSystem, FileType, Ino, Notify, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec};
 use crate::inode::Inode;
 use crate::modes::{Layout, RefMode};
 use crate::mount::{MntRef, Mount};
@@ -170,7 +170,7 @@ impl VfsBuilder {
     pub fn build(self) -> Result<Vfs> {
         let fs = self.fs.unwrap_or_else(|| Arc::new(MemFs::new(self.memfs)));
         let dc = Dcache::new(
-            fs,
+            fs.clone(),
             self.buckets,
             self.layout == Layout::Packed,
             self.mode.locks_every_reference(),
@@ -185,7 +185,9 @@ impl VfsBuilder {
             global: Mutex::new(()),
             rename_mutex: Mutex::new(()),
         };
-        Ok(Vfs { shared: Arc::new(shared), cred: Arc::new(Cred::root()), cwd: None, umask: self.umask })
+        let shared = Arc::new(shared);
+        attach(&shared, &fs);
+        Ok(Vfs { shared, cred: Arc::new(Cred::root()), cwd: None, umask: self.umask })
     }
 }
 
@@ -419,6 +421,59 @@ enum Start<'a> {
 impl Default for Vfs {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Gives `fs`, served by `shared`, its way to report outside changes.
+fn attach(shared: &Arc<Shared>, fs: &Arc<dyn FileSystem>) {
+    fs.attach(Arc::new(VfsNotify { shared: Arc::downgrade(shared), fs: Arc::as_ptr(fs) as *const () as usize }));
+}
+
+/// A filesystem's [`Notify`]: finds its superblock by the filesystem's
+/// address (under the superblock list's lock, so it cannot be torn down
+/// meanwhile) and acts on the cache. Does nothing once the Vfs is gone.
+struct VfsNotify {
+    shared: std::sync::Weak<Shared>,
+    fs: usize,
+}
+
+impl VfsNotify {
+    fn with(&self, f: impl FnOnce(&Dcache, &crate::inode::Super)) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.dc.with_super(self.fs as *const (), |sb| f(&shared.dc, sb));
+        }
+    }
+}
+
+impl Notify for VfsNotify {
+    fn entry_changed(&self, parent: Ino, name: &[u8]) {
+        self.with(|dc, sb| {
+            if let Some(d) = dc.cached_child(sb, parent, name) {
+                dc.d_invalidate(&d);
+            }
+        });
+    }
+
+    fn attr_changed(&self, parent: Ino, name: &[u8]) {
+        self.with(|dc, sb| {
+            if let Some(d) = dc.cached_child(sb, parent, name) {
+                if let Some(i) = d.inode() {
+                    i.refresh(&*sb.fs);
+                }
+            }
+        });
+    }
+
+    fn inode_changed(&self, ino: Ino) {
+        self.with(|dc, sb| dc.refresh_inode(sb, ino));
+    }
+
+    fn all_changed(&self) {
+        self.with(|dc, sb| dc.invalidate_super(sb));
+    }
+
+    fn set_revalidate(&self, on: bool) {
+        self.with(|_, sb| sb.revalidates.store(on, std::sync::atomic::Ordering::Relaxed));
     }
 }
 
@@ -1207,7 +1262,10 @@ impl Vfs {
     /// `Arc::new(MemFs::new(MemFsOptions::default()))`). The directory's
     /// own content is hidden until the unmount. Needs root (`EPERM`).
     pub fn mount(&self, path: impl AsRef<Path>, fs: Arc<dyn FileSystem>) -> Result<()> {
-        self.mount_on(path.as_ref(), |dc, _, _| dc.new_super(fs).map(Mounted::Fresh))
+        let f = fs.clone();
+        self.mount_on(path.as_ref(), |dc, _, _| dc.new_super(f).map(Mounted::Fresh))?;
+        attach(&self.shared, &fs);
+        Ok(())
     }
 
     /// Bind-mounts the directory `source` on the directory `target`: the

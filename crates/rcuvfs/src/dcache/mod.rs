@@ -15,7 +15,9 @@
 //! | `Dcache::lru`            | the LRU list's links and every dentry's `ON_LRU` flag     |
 //! | `Inode::aliases`         | an inode's list of the dentries that name it (a leaf)     |
 //!
-//! Order: `tree_lock`, then `rename_lock`, then a dentry's `d_lock` (a
+//! Order: `Dcache::supers` (the superblock list; held by the shrinker's
+//! full pass and by `Notify` calls, so that no superblock dies under them),
+//! then `tree_lock`, then `rename_lock`, then a dentry's `d_lock` (a
 //! parent's before its child's), then a bucket lock, then the inode table.
 //! `lru` is a leaf: taken alone (by `dput`) or under `tree_lock` (by the
 //! shrinker and by kills), never while holding a `d_lock` or a bucket lock.
@@ -435,6 +437,8 @@ impl Dcache {
         // SAFETY: just allocated, not yet shared.
         unsafe { (*root).parent.store(root, Ordering::Relaxed) };
         sbr.root.store(root as usize, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: just allocated, live.
+        Self::alias_add(inode, unsafe { &*root });
         self.counters.add_dentry(1, false);
         self.supers.lock().push(sb as usize);
         Ok(sb)
@@ -1180,20 +1184,90 @@ impl Dcache {
 
     /// Kills every unused dentry (like dropping caches), leaves first.
     pub fn shrink_all(&self) {
+        // The superblock list first (see the lock table): no superblock dies
+        // while we walk its tree.
+        let supers = self.supers.lock();
         let _t = self.tree_lock.lock();
-        let roots: Vec<usize> = self
-            .supers
-            .lock()
-            .iter()
-            .map(|&sb| {
-                // SAFETY: superblocks on the list are live.
-                unsafe { (*(sb as *const Super)).root.load(std::sync::atomic::Ordering::Relaxed) }
+        for &sb in supers.iter() {
+            // SAFETY: superblocks on the list are live, and their roots.
+            let root = unsafe { (*(sb as *const Super)).root.load(std::sync::atomic::Ordering::Relaxed) };
+            // SAFETY: tree_lock is held; the root is live (above).
+            unsafe { self.shrink_tree_locked(root as *const Dentry) };
+        }
+    }
+
+    /// Runs `f` on the live superblock serving `fs`, if any, with the
+    /// superblock list locked: it cannot be torn down meanwhile.
+    pub fn with_super<R>(&self, fs: *const (), f: impl FnOnce(&Super) -> R) -> Option<R> {
+        let supers = self.supers.lock();
+        for &sb in supers.iter() {
+            // SAFETY: superblocks on the list are live.
+            let sbr = unsafe { &*(sb as *const Super) };
+            if std::ptr::eq(Arc::as_ptr(&sbr.fs) as *const (), fs) {
+                return Some(f(sbr));
+            }
+        }
+        None
+    }
+
+    /// The cached dentry for `name` in directory `parent` of `sb`, if the
+    /// directory is in core and the name cached (for `Notify`).
+    pub fn cached_child(&self, sb: &Super, parent: crate::fs::Ino, name: &[u8]) -> Option<DRef<'_>> {
+        let dir = self.alias_ref(sb, parent)?;
+        self.d_lookup(&dir, name)
+    }
+
+    /// A referenced dentry naming in-core inode `ino` of `sb`, if any.
+    pub fn alias_ref(&self, sb: &Super, ino: crate::fs::Ino) -> Option<DRef<'_>> {
+        let ip = sb.itable.find_hold(ino)?;
+        let found = {
+            let _g = self.rcu.read_lock();
+            // SAFETY: we hold a reference on the inode.
+            let aliases = unsafe { (*ip).aliases.lock() };
+            aliases.iter().find_map(|&d| {
+                // SAFETY: a dentry on the alias list is live until
+                // `alias_del`, which its killer runs under this lock after
+                // marking it dead; get_not_dead then fails.
+                let d = unsafe { &*(d as *const Dentry) };
+                d.lockref().get_not_dead().then(|| DRef { d, dc: self })
             })
-            .collect();
-        for r in roots {
-            // SAFETY: tree_lock is held; a superblock's root lives as long
-            // as it, and superblocks die under tree_lock.
-            unsafe { self.shrink_tree_locked(r as *const Dentry) };
+        };
+        // SAFETY: the reference `find_hold` took.
+        unsafe { self.iput(ip) };
+        found
+    }
+
+    /// The in-core inode `ino` of `sb` with its attributes read again from
+    /// the filesystem, if it is in core.
+    pub fn refresh_inode(&self, sb: &Super, ino: crate::fs::Ino) {
+        if let Some(ip) = sb.itable.find_hold(ino) {
+            // SAFETY: we hold a reference.
+            unsafe {
+                (*ip).refresh(&*sb.fs);
+                self.iput(ip);
+            }
+        }
+    }
+
+    /// Drops every cached name of `sb` (lost events).
+    pub fn invalidate_super(&self, sb: &Super) {
+        let root = sb.root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry;
+        let _t = self.tree_lock.lock();
+        // SAFETY: the caller holds the superblock list (`with_super`), so
+        // the root is live; tree_lock is held.
+        let kids: Vec<*const Dentry> = unsafe {
+            let mut v = Vec::new();
+            let mut c = (*root).links().first_child;
+            while !c.is_null() {
+                v.push(c);
+                c = (*c).links().next_sibling;
+            }
+            v
+        };
+        for c in kids {
+            // SAFETY: tree_lock held; children of a live root are live
+            // until killed under tree_lock, which we hold.
+            unsafe { self.invalidate_locked(&*c) };
         }
     }
 
@@ -1256,6 +1330,9 @@ impl Dcache {
     /// inodes, and the superblock itself after a grace period (RCU walkers
     /// that crossed into it earlier may still read it).
     pub fn kill_super(&self, sb: *const Super) {
+        // Off the list first (under its lock): `with_super` users finish
+        // before, and no new one finds it.
+        self.supers.lock().retain(|&x| x != sb as usize);
         // SAFETY: the caller dropped the last mount; nothing else frees it.
         let sbr = unsafe { &*sb };
         let root = sbr.root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry;
@@ -1280,7 +1357,6 @@ impl Dcache {
             }
         }
         sbr.itable.clear(&self.counters);
-        self.supers.lock().retain(|&x| x != sb as usize);
         // SAFETY: off the list, with no dentry, inode or mount left.
         unsafe { self.rcu.retire_box(sb as *mut Super) };
     }

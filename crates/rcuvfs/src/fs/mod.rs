@@ -19,6 +19,8 @@
 //! existence, emptiness, file type (EISDIR/ENOTDIR), and space (ENOSPC).
 
 pub mod memfs;
+#[cfg(not(loom))]
+pub mod passthrough;
 
 use crate::error::Result;
 
@@ -269,7 +271,8 @@ pub trait FileSystem: Send + Sync + 'static {
     /// The VFS wrote a file's page cache: set mtime and ctime to now.
     fn note_modify(&self, _ino: Ino) {}
 
-    /// Says whether the cached entry `name -> ino` in `parent` is still true.
+    /// Says whether the cached entry `name -> ino` in `parent` is still true;
+    /// `ino` 0 stands for a cached miss (as FUSE's negative entry).
     /// Filesystems whose truth lives elsewhere (passthrough, remote) check
     /// it; the default, for filesystems that change only through the VFS, is
     /// yes. `Ok(false)` makes the VFS drop the entry and look it up again.
@@ -283,4 +286,28 @@ pub trait FileSystem: Send + Sync + 'static {
     fn revalidates(&self) -> bool {
         false
     }
+
+    /// Called once the VFS serves this filesystem: `notify` is how it
+    /// reports changes made behind the VFS's back.
+    fn attach(&self, _notify: std::sync::Arc<dyn Notify>) {}
+}
+
+/// What a filesystem tells the VFS about changes it did not make (FUSE's
+/// `notify_inval_entry` and `notify_inval_inode`). Calls may come from any
+/// thread, at any time, and after the VFS is gone (they then do nothing).
+pub trait Notify: Send + Sync {
+    /// `name` in directory `parent` appeared, went, or now names another
+    /// object: the cached dentry, positive or negative, is dropped.
+    fn entry_changed(&self, parent: Ino, name: &[u8]);
+    /// The object `name` in `parent` changed (its attributes or data): its
+    /// cached attributes are read again, if it is cached.
+    fn attr_changed(&self, parent: Ino, name: &[u8]);
+    /// The attributes of `ino` changed: its cached copy is read again.
+    fn inode_changed(&self, ino: Ino);
+    /// Anything may have changed (events were lost): every cached name of
+    /// this filesystem is dropped.
+    fn all_changed(&self);
+    /// From now on, cached names must (or need not) be checked through
+    /// [`FileSystem::revalidate`] before they are trusted.
+    fn set_revalidate(&self, on: bool);
 }

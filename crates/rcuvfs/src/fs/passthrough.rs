@@ -1,0 +1,895 @@
+//! The passthrough filesystem: a host directory, read-write, under the
+//! dcache, kept coherent with changes that other programs make.
+//!
+//! # Mapping
+//!
+//! Each object the VFS has looked up is a node holding an `O_PATH`
+//! descriptor; every operation is the matching *at() call on a node's
+//! descriptor (`openat`, `fstatat`, `mkdirat`, `mknodat`, `symlinkat`,
+//! `linkat`, `unlinkat`, `renameat2`, `readlinkat`, `fchownat`, `getdents64`;
+//! `chmod`, `truncate`, `utimensat` and data I/O go through
+//! `/proc/self/fd/N`, as virtiofsd does, since an `O_PATH` descriptor
+//! cannot carry them). File data goes through `pread` and `pwrite` on a
+//! descriptor opened once per node, not through the page cache: the page
+//! cache has no read-through fill from a backing store yet.
+//!
+//! An inode number is the host's `st_ino` for objects on the root's device;
+//! objects on other devices (mounts inside the tree) get numbers from a
+//! private range (top bit set). Lookup counts follow the FUSE model: the
+//! last `forget` closes the node's descriptors and drops its watch.
+//!
+//! # Nothing escapes the root (`RESOLVE_IN_ROOT`)
+//!
+//! The VFS walks one component at a time and hands the filesystem single
+//! names only (no '/', never "." or ".."): each becomes one `openat` with
+//! `O_NOFOLLOW` on the parent's descriptor. ".." is resolved by the VFS's
+//! own tree and stays at the root there; a symlink's target is read, never
+//! followed by the host, and the VFS walks an absolute target from its own
+//! root, which is this directory. A directory that another program moves
+//! out of the tree while the VFS holds it (a handle, an open file, a working
+//! directory) stays reachable through that holder, as an open directory
+//! descriptor does on the host; new walks no longer find it.
+//!
+//! # Coherence: the guarantee
+//!
+//! With watches (the default), every directory the VFS has looked up is
+//! watched with inotify. A thread reads the events and tells the VFS
+//! through [`Notify`]: a name created, removed or moved in the directory
+//! drops the cached dentry for it (a negative one included), and a changed
+//! object's cached attributes are read again. A change made by another
+//! program is therefore seen by every lookup that starts after the watcher
+//! has read its event; the delay is that of inotify and one thread's
+//! wake-up (microseconds to milliseconds), not bounded by a deadline.
+//! File data is never cached: a read always sees what the host file holds.
+//! A directory whose whole listing was read with no event in between is
+//! marked complete: its readdir needs no `getdents`, and a lookup of a name
+//! not in it answers ENOENT with no syscall; any event in it clears the
+//! mark. Lost events (the queue overflowed) drop every cached name.
+//!
+//! Where a watch cannot be had (the watch limit is exhausted, or watches
+//! are turned off, or a filesystem inotify cannot see, such as a network
+//! one), the TTL takes over: a cached name under an unwatched directory is
+//! checked with one `fstatat` once its TTL has run out, and dropped if it
+//! names another object or its attributes changed. Then lookups take the
+//! REF-walk path, since every cached name must be asked about.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use inotify::{EventMask, Inotify, WatchMask, Watches};
+
+use super::WritePos;
+use super::{
+    Attr, DirEntry, FileSystem, FileType, Ino, Notify, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec,
+};
+use crate::error::{err, fail, Result, EBADF, EINVAL, ENOENT, ENOTDIR};
+
+/// How a [`Passthrough`] keeps up with changes made outside.
+#[derive(Clone, Debug)]
+pub struct PassthroughOptions {
+    /// Watch looked-up directories with inotify (the default).
+    pub watch: bool,
+    /// How long a cached name or attribute under an unwatched directory is
+    /// trusted before it is checked again.
+    pub ttl: Duration,
+}
+
+impl Default for PassthroughOptions {
+    fn default() -> Self {
+        PassthroughOptions { watch: true, ttl: Duration::from_secs(1) }
+    }
+}
+
+/// Counters for the lab and for tests.
+#[derive(Debug, Default)]
+pub struct PassthroughStats {
+    /// Lookups that reached the host (dcache misses).
+    pub lookups: AtomicU64,
+    /// `getdents64` calls.
+    pub getdents: AtomicU64,
+    /// Readdirs answered from a complete directory's listing.
+    pub cached_readdirs: AtomicU64,
+    /// Lookups answered ENOENT from a complete directory's listing.
+    pub cached_misses: AtomicU64,
+    /// inotify events handled.
+    pub events: AtomicU64,
+}
+
+/// A host directory served through [`FileSystem`].
+pub struct Passthrough {
+    inner: Arc<Inner>,
+}
+
+struct Node {
+    ino: Ino,
+    /// (st_dev, st_ino) on the host.
+    key: (u64, u64),
+    kind: FileType,
+    /// An `O_PATH | O_NOFOLLOW` descriptor.
+    fd: OwnedFd,
+    /// Lookup references (changed under `Inner::nodes`).
+    nlookup: AtomicU64,
+    /// A descriptor for data I/O, opened at first use, and whether it
+    /// can write.
+    data: Mutex<Option<(Arc<OwnedFd>, bool)>>,
+    /// The inotify watch on this directory, if any.
+    wd: Mutex<Option<inotify::WatchDescriptor>>,
+    /// A directory's whole listing, while it is complete.
+    listing: Mutex<Option<Arc<Vec<DirEntry>>>>,
+    /// Bumped by every event in this directory: a listing read across an
+    /// event is not complete.
+    generation: AtomicU64,
+    /// TTL bookkeeping: when the name that led here was last checked, and
+    /// the attributes seen then.
+    checked: Mutex<(Instant, Attr)>,
+}
+
+struct Nodes {
+    by_ino: HashMap<Ino, Arc<Node>>,
+    by_key: HashMap<(u64, u64), Ino>,
+    by_wd: HashMap<i32, Ino>,
+    next_private: Ino,
+}
+
+struct Inner {
+    root_ino: Ino,
+    root_dev: u64,
+    opts: PassthroughOptions,
+    nodes: Mutex<Nodes>,
+    watches: Option<Mutex<Watches>>,
+    /// Some directory is not watched: cached names must be revalidated.
+    unwatched: AtomicBool,
+    notify: OnceLock<Arc<dyn Notify>>,
+    stats: Arc<PassthroughStats>,
+}
+
+fn cstr(name: &[u8]) -> Result<CString> {
+    CString::new(name).map_err(|_| err(EINVAL))
+}
+
+fn check(r: libc::c_int) -> Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn proc_path(fd: RawFd) -> CString {
+    CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL")
+}
+
+fn kind_of(mode: u32) -> FileType {
+    FileType::from_mode(mode).unwrap_or(FileType::File)
+}
+
+fn stat_fd(fd: RawFd, name: Option<&CStr>) -> Result<libc::stat> {
+    // SAFETY: an all-zero stat is valid; the pointers are valid for the call.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let (path, flags) = match name {
+        Some(n) => (n.as_ptr(), libc::AT_SYMLINK_NOFOLLOW),
+        None => (c"".as_ptr(), libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW),
+    };
+    // SAFETY: valid descriptor, NUL-terminated path, valid out pointer.
+    check(unsafe { libc::fstatat(fd, path, &mut st, flags) })?;
+    Ok(st)
+}
+
+fn ts(sec: i64, nsec: i64) -> Timespec {
+    Timespec { sec, nsec: nsec as u32 }
+}
+
+impl Inner {
+    fn ino_for(&self, nodes: &mut Nodes, key: (u64, u64)) -> Ino {
+        if key.0 == self.root_dev {
+            return key.1 & !(1 << 63);
+        }
+        if let Some(&i) = nodes.by_key.get(&key) {
+            return i;
+        }
+        nodes.next_private += 1;
+        nodes.next_private
+    }
+
+    fn attr(&self, ino: Ino, st: &libc::stat) -> Attr {
+        Attr {
+            ino,
+            kind: kind_of(st.st_mode),
+            perm: st.st_mode & 0o7777,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size as u64,
+            blocks: st.st_blocks as u64,
+            atime: ts(st.st_atime, st.st_atime_nsec),
+            mtime: ts(st.st_mtime, st.st_mtime_nsec),
+            ctime: ts(st.st_ctime, st.st_ctime_nsec),
+            rdev: st.st_rdev,
+        }
+    }
+
+    fn node(&self, ino: Ino) -> Result<Arc<Node>> {
+        self.nodes.lock().unwrap().by_ino.get(&ino).cloned().ok_or_else(|| err(libc::ESTALE))
+    }
+
+    fn dir(&self, ino: Ino) -> Result<Arc<Node>> {
+        let n = self.node(ino)?;
+        if n.kind != FileType::Dir {
+            return fail(ENOTDIR);
+        }
+        Ok(n)
+    }
+
+    /// Opens `name` under `parent` as a node (or finds the node it already
+    /// is) and counts one lookup reference.
+    fn lookup_node(&self, parent: &Node, name: &[u8]) -> Result<Attr> {
+        let c = cstr(name)?;
+        // SAFETY: valid descriptor and NUL-terminated name.
+        let fd = check(unsafe {
+            libc::openat(parent.fd.as_raw_fd(), c.as_ptr(), libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        })?;
+        // SAFETY: a descriptor we just opened and own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let st = stat_fd(fd.as_raw_fd(), None)?;
+        let key = (st.st_dev, st.st_ino);
+        let mut nodes = self.nodes.lock().unwrap();
+        if let Some(&ino) = nodes.by_key.get(&key) {
+            let n = nodes.by_ino[&ino].clone();
+            n.nlookup.fetch_add(1, Ordering::Relaxed);
+            drop(nodes);
+            let a = self.attr(ino, &st);
+            *n.checked.lock().unwrap() = (Instant::now(), a.clone());
+            return Ok(a);
+        }
+        let ino = self.ino_for(&mut nodes, key);
+        let a = self.attr(ino, &st);
+        let node = Arc::new(Node {
+            ino,
+            key,
+            kind: a.kind,
+            fd,
+            nlookup: AtomicU64::new(1),
+            data: Mutex::new(None),
+            wd: Mutex::new(None),
+            listing: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            checked: Mutex::new((Instant::now(), a.clone())),
+        });
+        nodes.by_key.insert(key, ino);
+        nodes.by_ino.insert(ino, node.clone());
+        if node.kind == FileType::Dir {
+            self.watch(&mut nodes, &node);
+        }
+        Ok(a)
+    }
+
+    /// Watches directory `node`; on failure, the TTL covers it.
+    fn watch(&self, nodes: &mut Nodes, node: &Node) {
+        let Some(w) = &self.watches else {
+            self.unwatched.store(true, Ordering::Relaxed);
+            return;
+        };
+        let mask = WatchMask::CREATE
+            | WatchMask::DELETE
+            | WatchMask::MOVED_FROM
+            | WatchMask::MOVED_TO
+            | WatchMask::ATTRIB
+            | WatchMask::MODIFY
+            | WatchMask::CLOSE_WRITE
+            | WatchMask::DELETE_SELF
+            | WatchMask::MOVE_SELF
+            | WatchMask::ONLYDIR;
+        let path = format!("/proc/self/fd/{}", node.fd.as_raw_fd());
+        match w.lock().unwrap().add(Path::new(&path), mask) {
+            Ok(wd) => {
+                nodes.by_wd.insert(wd.get_watch_descriptor_id(), node.ino);
+                *node.wd.lock().unwrap() = Some(wd);
+            }
+            Err(_) => {
+                // Most often ENOSPC: the watch limit is exhausted.
+                if !self.unwatched.swap(true, Ordering::Relaxed) {
+                    if let Some(n) = self.notify.get() {
+                        n.set_revalidate(true);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A descriptor for data I/O on `node`, writable if asked.
+    fn data_fd(&self, node: &Node, write: bool) -> Result<Arc<OwnedFd>> {
+        let mut d = node.data.lock().unwrap();
+        if let Some((fd, w)) = &*d {
+            if *w || !write {
+                return Ok(fd.clone());
+            }
+        }
+        let p = proc_path(node.fd.as_raw_fd());
+        let open = |flags| {
+            // SAFETY: NUL-terminated path.
+            check(unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC) })
+        };
+        let (fd, w) = match open(libc::O_RDWR) {
+            Ok(fd) => (fd, true),
+            Err(e) if write => return Err(e),
+            Err(_) => (open(libc::O_RDONLY)?, false),
+        };
+        // SAFETY: just opened, owned here.
+        let fd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        *d = Some((fd.clone(), w));
+        Ok(fd)
+    }
+
+    /// A change through the VFS in directory `dir`: its listing is no
+    /// longer known to be complete.
+    fn touched(&self, dir: &Node) {
+        dir.generation.fetch_add(1, Ordering::Relaxed);
+        *dir.listing.lock().unwrap() = None;
+    }
+
+    fn getattr_node(&self, n: &Node) -> Result<Attr> {
+        Ok(self.attr(n.ino, &stat_fd(n.fd.as_raw_fd(), None)?))
+    }
+
+    /// Applies the owner to a name just created (we run as root; the VFS
+    /// decided who owns it).
+    fn chown_new(&self, parent: &Node, name: &CStr, owner: Owner) -> Result<()> {
+        // SAFETY: valid descriptor and NUL-terminated name.
+        check(unsafe {
+            libc::fchownat(parent.fd.as_raw_fd(), name.as_ptr(), owner.uid, owner.gid, libc::AT_SYMLINK_NOFOLLOW)
+        })
+        .map(drop)
+    }
+
+    /// Reads the whole listing of `dir` with `getdents64`, starting after
+    /// host cookie `offset`.
+    fn getdents(&self, dir: &Node, offset: u64) -> Result<Vec<DirEntry>> {
+        // SAFETY: valid descriptor; "." is NUL-terminated.
+        let fd = check(unsafe {
+            libc::openat(dir.fd.as_raw_fd(), c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        })?;
+        // SAFETY: just opened, owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        if offset != 0 {
+            // SAFETY: valid descriptor.
+            if unsafe { libc::lseek(fd.as_raw_fd(), offset as libc::off_t, libc::SEEK_SET) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            self.stats.getdents.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the buffer is valid for its length.
+            let n = unsafe { libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if n == 0 {
+                break;
+            }
+            let mut pos = 0usize;
+            while pos < n as usize {
+                // linux_dirent64: d_ino u64, d_off i64, d_reclen u16,
+                // d_type u8, d_name (NUL-terminated).
+                let rec = &buf[pos..];
+                let d_ino = u64::from_ne_bytes(rec[0..8].try_into().unwrap());
+                let d_off = i64::from_ne_bytes(rec[8..16].try_into().unwrap());
+                let reclen = u16::from_ne_bytes(rec[16..18].try_into().unwrap()) as usize;
+                let d_type = rec[18];
+                let name = &rec[19..reclen];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                pos += reclen;
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                let kind = match d_type {
+                    libc::DT_DIR => FileType::Dir,
+                    libc::DT_REG => FileType::File,
+                    libc::DT_LNK => FileType::Symlink,
+                    libc::DT_FIFO => FileType::Fifo,
+                    libc::DT_SOCK => FileType::Socket,
+                    libc::DT_CHR => FileType::CharDevice,
+                    libc::DT_BLK => FileType::BlockDevice,
+                    _ => {
+                        let c = cstr(name)?;
+                        kind_of(stat_fd(fd.as_raw_fd(), Some(&c))?.st_mode)
+                    }
+                };
+                out.push(DirEntry { ino: d_ino & !(1 << 63), name: name.to_vec(), kind, offset: d_off as u64 });
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Passthrough {
+    /// Serves the host directory `dir`.
+    pub fn new(dir: impl AsRef<Path>, opts: PassthroughOptions) -> Result<Passthrough> {
+        let c = CString::new(dir.as_ref().as_os_str().as_bytes()).map_err(|_| err(EINVAL))?;
+        // SAFETY: NUL-terminated path.
+        let fd = check(unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) })?;
+        // SAFETY: just opened, owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let st = stat_fd(fd.as_raw_fd(), None)?;
+        let root_ino = st.st_ino & !(1 << 63);
+        let (inotify, watches) = if opts.watch {
+            match Inotify::init() {
+                Ok(i) => {
+                    let w = i.watches();
+                    (Some(i), Some(Mutex::new(w)))
+                }
+                Err(_) => (None, None),
+            }
+        } else {
+            (None, None)
+        };
+        let inner = Arc::new(Inner {
+            root_ino,
+            root_dev: st.st_dev,
+            unwatched: AtomicBool::new(false),
+            opts,
+            nodes: Mutex::new(Nodes {
+                by_ino: HashMap::new(),
+                by_key: HashMap::new(),
+                by_wd: HashMap::new(),
+                next_private: 1 << 63,
+            }),
+            watches,
+            notify: OnceLock::new(),
+            stats: Arc::new(PassthroughStats::default()),
+        });
+        let a = inner.attr(root_ino, &st);
+        let root = Arc::new(Node {
+            ino: root_ino,
+            key: (st.st_dev, st.st_ino),
+            kind: FileType::Dir,
+            fd,
+            nlookup: AtomicU64::new(1),
+            data: Mutex::new(None),
+            wd: Mutex::new(None),
+            listing: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            checked: Mutex::new((Instant::now(), a)),
+        });
+        {
+            let mut nodes = inner.nodes.lock().unwrap();
+            nodes.by_key.insert(root.key, root_ino);
+            nodes.by_ino.insert(root_ino, root.clone());
+            inner.watch(&mut nodes, &root);
+        }
+        if let Some(i) = inotify {
+            let weak = Arc::downgrade(&inner);
+            std::thread::Builder::new()
+                .name("rcuvfs-inotify".into())
+                .spawn(move || watcher(i, weak))
+                .map_err(|e| io::Error::new(e.kind(), format!("watcher thread: {e}")))?;
+        }
+        Ok(Passthrough { inner })
+    }
+
+    /// The counters of this filesystem (they outlive it).
+    pub fn stats(&self) -> Arc<PassthroughStats> {
+        self.inner.stats.clone()
+    }
+}
+
+/// The watcher: reads inotify events and tells the VFS. Ends when the
+/// filesystem is dropped (it polls with a timeout to notice).
+fn watcher(mut inotify: Inotify, inner: Weak<Inner>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let mut pfd = libc::pollfd { fd: inotify.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, 200) };
+        let Some(inner) = inner.upgrade() else { return };
+        if r <= 0 {
+            continue;
+        }
+        let events = match inotify.read_events(&mut buf) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(_) => return,
+        };
+        let Some(notify) = inner.notify.get().cloned() else { continue };
+        for ev in events {
+            inner.stats.events.fetch_add(1, Ordering::Relaxed);
+            if ev.mask.contains(EventMask::Q_OVERFLOW) {
+                let nodes = inner.nodes.lock().unwrap();
+                for n in nodes.by_ino.values() {
+                    inner.touched(n);
+                }
+                drop(nodes);
+                notify.all_changed();
+                continue;
+            }
+            let dir = {
+                let nodes = inner.nodes.lock().unwrap();
+                nodes.by_wd.get(&ev.wd.get_watch_descriptor_id()).and_then(|i| nodes.by_ino.get(i).cloned())
+            };
+            let Some(dir) = dir else { continue };
+            match ev.name {
+                Some(name) => {
+                    let name = name.as_bytes();
+                    if ev
+                        .mask
+                        .intersects(EventMask::CREATE | EventMask::DELETE | EventMask::MOVED_FROM | EventMask::MOVED_TO)
+                    {
+                        inner.touched(&dir);
+                        notify.entry_changed(dir.ino, name);
+                        notify.inode_changed(dir.ino);
+                    } else {
+                        notify.attr_changed(dir.ino, name);
+                    }
+                }
+                None => {
+                    if ev.mask.intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF) {
+                        inner.touched(&dir);
+                    }
+                    if ev.mask.contains(EventMask::IGNORED) {
+                        let mut nodes = inner.nodes.lock().unwrap();
+                        nodes.by_wd.remove(&ev.wd.get_watch_descriptor_id());
+                        continue;
+                    }
+                    notify.inode_changed(dir.ino);
+                }
+            }
+        }
+    }
+}
+
+impl FileSystem for Passthrough {
+    fn root(&self) -> Ino {
+        self.inner.root_ino
+    }
+
+    fn attach(&self, notify: Arc<dyn Notify>) {
+        if self.inner.unwatched.load(Ordering::Relaxed) {
+            notify.set_revalidate(true);
+        }
+        let _ = self.inner.notify.set(notify);
+    }
+
+    fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
+        let inner = &*self.inner;
+        let p = inner.dir(parent)?;
+        if let Some(l) = &*p.listing.lock().unwrap() {
+            if !l.iter().any(|e| e.name == name) {
+                inner.stats.cached_misses.fetch_add(1, Ordering::Relaxed);
+                return fail(ENOENT);
+            }
+        }
+        inner.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        inner.lookup_node(&p, name)
+    }
+
+    fn forget(&self, ino: Ino, nlookup: u64) {
+        let inner = &*self.inner;
+        let mut nodes = inner.nodes.lock().unwrap();
+        let Some(n) = nodes.by_ino.get(&ino).cloned() else { return };
+        if n.nlookup.fetch_sub(nlookup, Ordering::Relaxed) > nlookup || ino == inner.root_ino {
+            return;
+        }
+        nodes.by_ino.remove(&ino);
+        nodes.by_key.remove(&n.key);
+        let wd = n.wd.lock().unwrap().take();
+        if let Some(wd) = wd {
+            nodes.by_wd.remove(&wd.get_watch_descriptor_id());
+            if let Some(w) = &inner.watches {
+                let _ = w.lock().unwrap().remove(wd);
+            }
+        }
+    }
+
+    fn getattr(&self, ino: Ino) -> Result<Attr> {
+        let inner = &*self.inner;
+        inner.getattr_node(&*inner.node(ino)?)
+    }
+
+    fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
+        let inner = &*self.inner;
+        let n = inner.node(ino)?;
+        let fd = n.fd.as_raw_fd();
+        let p = proc_path(fd);
+        if set.uid.is_some() || set.gid.is_some() {
+            let (u, g) = (set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX));
+            // SAFETY: valid descriptor; empty path with AT_EMPTY_PATH.
+            check(unsafe { libc::fchownat(fd, c"".as_ptr(), u, g, libc::AT_EMPTY_PATH) })?;
+        }
+        if let Some(perm) = set.perm {
+            if n.kind == FileType::Symlink {
+                return fail(libc::EOPNOTSUPP);
+            }
+            // SAFETY: NUL-terminated path.
+            check(unsafe { libc::chmod(p.as_ptr(), perm as libc::mode_t) })?;
+        }
+        if let Some(size) = set.size {
+            if n.kind != FileType::File {
+                return fail(EINVAL);
+            }
+            // SAFETY: NUL-terminated path.
+            check(unsafe { libc::truncate(p.as_ptr(), size as libc::off_t) })?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let t = |x: Option<SetTime>| match x {
+                None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+                Some(SetTime::Now) => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+                Some(SetTime::At(t)) => libc::timespec { tv_sec: t.sec, tv_nsec: i64::from(t.nsec) },
+            };
+            let times = [t(set.atime), t(set.mtime)];
+            if n.kind == FileType::Symlink {
+                // SAFETY: valid descriptor, empty path, two timespecs.
+                check(unsafe { libc::utimensat(fd, c"".as_ptr(), times.as_ptr(), libc::AT_EMPTY_PATH) })?;
+            } else {
+                // SAFETY: NUL-terminated path, two timespecs.
+                check(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), 0) })?;
+            }
+        }
+        inner.getattr_node(&n)
+    }
+
+    fn create(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
+        let inner = &*self.inner;
+        let p = inner.dir(parent)?;
+        let c = cstr(name)?;
+        // SAFETY: valid descriptor, NUL-terminated name.
+        let fd = check(unsafe {
+            libc::openat(
+                p.fd.as_raw_fd(),
+                c.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                perm as libc::c_uint,
+            )
+        })?;
+        // SAFETY: just opened, owned here (closed at once).
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        inner.touched(&p);
+        inner.chown_new(&p, &c, owner)?;
+        inner.lookup_node(&p, name)
+    }
+
+    fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
+        let inner = &*self.inner;
+        let p = inner.dir(parent)?;
+        let c = cstr(name)?;
+        // SAFETY: valid descriptor, NUL-terminated name.
+        check(unsafe { libc::mkdirat(p.fd.as_raw_fd(), c.as_ptr(), perm as libc::mode_t) })?;
+        inner.touched(&p);
+        inner.chown_new(&p, &c, owner)?;
+        // mkdir applies the process umask: set the bits asked for.
+        // SAFETY: valid descriptor, NUL-terminated name.
+        check(unsafe { libc::fchmodat(p.fd.as_raw_fd(), c.as_ptr(), perm as libc::mode_t, 0) })?;
+        inner.lookup_node(&p, name)
+    }
+
+    fn mknod(&self, parent: Ino, name: &[u8], kind: FileType, perm: u32, rdev: u64, owner: Owner) -> Result<Attr> {
+        let inner = &*self.inner;
+        let p = inner.dir(parent)?;
+        let c = cstr(name)?;
+        let mode = kind.mode_bits() | perm;
+        // SAFETY: valid descriptor, NUL-terminated name.
+        check(unsafe { libc::mknodat(p.fd.as_raw_fd(), c.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t) })?;
+        inner.touched(&p);
+        inner.chown_new(&p, &c, owner)?;
+        // SAFETY: as above.
+        check(unsafe { libc::fchmodat(p.fd.as_raw_fd(), c.as_ptr(), perm as libc::mode_t, 0) })?;
+        inner.lookup_node(&p, name)
+    }
+
+    fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
+        let inner = &*self.inner;
+        let p = inner.dir(parent)?;
+        let (c, t) = (cstr(name)?, cstr(target)?);
+        // SAFETY: valid descriptor, NUL-terminated strings.
+        check(unsafe { libc::symlinkat(t.as_ptr(), p.fd.as_raw_fd(), c.as_ptr()) })?;
+        inner.touched(&p);
+        inner.chown_new(&p, &c, owner)?;
+        inner.lookup_node(&p, name)
+    }
+
+    fn link(&self, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
+        let inner = &*self.inner;
+        let (n, p) = (inner.node(ino)?, inner.dir(parent)?);
+        if n.kind == FileType::Dir {
+            return fail(libc::EPERM);
+        }
+        let c = cstr(name)?;
+        let src = proc_path(n.fd.as_raw_fd());
+        // SAFETY: NUL-terminated strings, valid descriptor.
+        check(unsafe {
+            libc::linkat(libc::AT_FDCWD, src.as_ptr(), p.fd.as_raw_fd(), c.as_ptr(), libc::AT_SYMLINK_FOLLOW)
+        })?;
+        inner.touched(&p);
+        inner.lookup_node(&p, name)
+    }
+
+    fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        let inner = &*self.inner;
+        let p = inner.dir(parent)?;
+        let c = cstr(name)?;
+        // SAFETY: valid descriptor, NUL-terminated name.
+        check(unsafe { libc::unlinkat(p.fd.as_raw_fd(), c.as_ptr(), 0) })?;
+        inner.touched(&p);
+        Ok(())
+    }
+
+    fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        let inner = &*self.inner;
+        let p = inner.dir(parent)?;
+        let c = cstr(name)?;
+        // SAFETY: valid descriptor, NUL-terminated name.
+        check(unsafe { libc::unlinkat(p.fd.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) })?;
+        inner.touched(&p);
+        Ok(())
+    }
+
+    fn rename(&self, parent: Ino, name: &[u8], new_parent: Ino, new_name: &[u8], flags: RenameFlags) -> Result<()> {
+        let inner = &*self.inner;
+        let (p, np) = (inner.dir(parent)?, inner.dir(new_parent)?);
+        let (a, b) = (cstr(name)?, cstr(new_name)?);
+        let mut f = 0;
+        if flags.noreplace {
+            f |= libc::RENAME_NOREPLACE;
+        }
+        if flags.exchange {
+            f |= libc::RENAME_EXCHANGE;
+        }
+        // SAFETY: valid descriptors, NUL-terminated names.
+        check(unsafe { libc::renameat2(p.fd.as_raw_fd(), a.as_ptr(), np.fd.as_raw_fd(), b.as_ptr(), f) })?;
+        inner.touched(&p);
+        inner.touched(&np);
+        Ok(())
+    }
+
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        let n = self.inner.node(ino)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: valid descriptor, empty path, buffer valid for its length.
+        let r = unsafe { libc::readlinkat(n.fd.as_raw_fd(), c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(r as usize);
+        Ok(buf)
+    }
+
+    fn readdir(&self, ino: Ino, offset: u64) -> Result<Vec<DirEntry>> {
+        let inner = &*self.inner;
+        let d = inner.dir(ino)?;
+        let cached = d.listing.lock().unwrap().clone();
+        if let Some(l) = cached {
+            let start = if offset == 0 { Some(0) } else { l.iter().position(|e| e.offset == offset).map(|i| i + 1) };
+            if let Some(start) = start {
+                inner.stats.cached_readdirs.fetch_add(1, Ordering::Relaxed);
+                return Ok(l[start..].to_vec());
+            }
+        }
+        let g = d.generation.load(Ordering::Acquire);
+        let out = inner.getdents(&d, offset)?;
+        // A whole listing, read with no event in between, under a watch.
+        if offset == 0 && d.wd.lock().unwrap().is_some() {
+            let mut l = d.listing.lock().unwrap();
+            if d.generation.load(Ordering::Acquire) == g {
+                *l = Some(Arc::new(out.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let inner = &*self.inner;
+        let n = inner.node(ino)?;
+        if n.kind != FileType::File {
+            return fail(if n.kind == FileType::Dir { libc::EISDIR } else { EINVAL });
+        }
+        let fd = inner.data_fd(&n, false)?;
+        // SAFETY: valid descriptor and buffer.
+        let r = unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r as usize)
+    }
+
+    fn write(&self, ino: Ino, pos: WritePos, data: &[u8]) -> Result<u64> {
+        let inner = &*self.inner;
+        let n = inner.node(ino)?;
+        if n.kind != FileType::File {
+            return fail(EBADF);
+        }
+        let fd = inner.data_fd(&n, true)?;
+        let off = match pos {
+            WritePos::At(o) => o,
+            // Appends between our own writers are serialized by the data
+            // lock; an outside appender can interleave, as on the host.
+            WritePos::Append => {
+                let _l = n.data.lock().unwrap();
+                let end = stat_fd(fd.as_raw_fd(), None)?.st_size as u64;
+                write_all_at(fd.as_raw_fd(), data, end)?;
+                return Ok(end);
+            }
+        };
+        write_all_at(fd.as_raw_fd(), data, off)?;
+        Ok(off)
+    }
+
+    fn fsync(&self, ino: Ino) -> Result<()> {
+        let inner = &*self.inner;
+        let n = inner.node(ino)?;
+        if n.kind != FileType::File {
+            return Ok(());
+        }
+        let fd = inner.data_fd(&n, false)?;
+        // SAFETY: valid descriptor.
+        check(unsafe { libc::fsync(fd.as_raw_fd()) }).map(drop)
+    }
+
+    fn statfs(&self) -> Result<StatFs> {
+        let inner = &*self.inner;
+        let root = inner.node(inner.root_ino)?;
+        let p = proc_path(root.fd.as_raw_fd());
+        // SAFETY: zeroed statvfs is valid; NUL-terminated path.
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        check(unsafe { libc::statvfs(p.as_ptr(), &mut s) })?;
+        Ok(StatFs {
+            bsize: s.f_bsize as u32,
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            namelen: s.f_namemax as u32,
+        })
+    }
+
+    fn revalidate(&self, parent: Ino, name: &[u8], ino: Ino) -> Result<bool> {
+        let inner = &*self.inner;
+        let Ok(p) = inner.dir(parent) else { return Ok(false) };
+        if p.wd.lock().unwrap().is_some() {
+            return Ok(true); // watched: events invalidate it
+        }
+        let c = cstr(name)?;
+        if ino == 0 {
+            // A cached miss: still a miss? (One fstatat each time: misses
+            // carry no timestamp.)
+            return Ok(stat_fd(p.fd.as_raw_fd(), Some(&c)).is_err());
+        }
+        let Ok(n) = inner.node(ino) else { return Ok(false) };
+        let mut checked = n.checked.lock().unwrap();
+        if checked.0.elapsed() < inner.opts.ttl {
+            return Ok(true);
+        }
+        let Ok(st) = stat_fd(p.fd.as_raw_fd(), Some(&c)) else { return Ok(false) };
+        let a = inner.attr(ino, &st);
+        if (st.st_dev, st.st_ino) != n.key || a != checked.1 {
+            return Ok(false); // another object, or changed: look it up again
+        }
+        checked.0 = Instant::now();
+        Ok(true)
+    }
+
+    fn revalidates(&self) -> bool {
+        self.inner.unwatched.load(Ordering::Relaxed)
+    }
+}
+
+fn write_all_at(fd: RawFd, mut data: &[u8], mut off: u64) -> Result<()> {
+    while !data.is_empty() {
+        // SAFETY: valid descriptor and buffer.
+        let r = unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), off as libc::off_t) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        data = &data[r as usize..];
+        off += r as u64;
+    }
+    Ok(())
+}
