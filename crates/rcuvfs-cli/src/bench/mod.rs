@@ -52,9 +52,14 @@ pub struct BenchArgs {
     /// Directory on the host's tmpfs for the `host` peer.
     #[arg(long, default_value = "/dev/shm")]
     host_dir: PathBuf,
-    /// Filesystem under the Vfs: memfs (passthrough comes with its issue).
+    /// Filesystem under the Vfs: memfs, or passthrough:DIR (a host
+    /// directory; stat-same and tree-walk, with the `host` peer on the same
+    /// DIR; tree-walk walks whatever DIR holds).
     #[arg(long, default_value = "memfs")]
     backend: String,
+    /// The Vfs's dcache size target (default: the library's, 1M).
+    #[arg(long)]
+    dcache_target: Option<usize>,
     /// Files in the tree-walk tree.
     #[arg(long, default_value_t = 100_000)]
     tree_files: usize,
@@ -103,6 +108,10 @@ pub struct Row {
     /// (`seconds` is the exit phase).
     #[serde(skip_serializing_if = "Option::is_none")]
     create_seconds: Option<f64>,
+    /// Passthrough: the share of path components the dcache answered
+    /// without a host lookup, over the measured runs and their warm-ups.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hit_rate: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -183,10 +192,9 @@ fn uname() -> String {
 }
 
 pub fn run(args: BenchArgs) -> std::io::Result<()> {
-    if args.backend != "memfs" {
-        return Err(std::io::Error::other(format!("backend {:?} is not available yet (memfs only)", args.backend)));
-    }
-    let run_exit = args.workloads.is_empty() || args.workloads.iter().any(|w| w == "inode-exit");
+    let backend = workloads::Backend::parse(&args.backend)?;
+    let run_exit = matches!(backend, workloads::Backend::Memfs)
+        && (args.workloads.is_empty() || args.workloads.iter().any(|w| w == "inode-exit"));
     let selected: Vec<&workloads::Workload> = if args.workloads.is_empty() {
         WORKLOADS.iter().collect()
     } else {
@@ -215,6 +223,8 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     let duration = Duration::from_secs_f64(args.duration.max(0.01));
     let ctx = Ctx {
         host_dir: args.host_dir.clone(),
+        backend,
+        dcache_target: args.dcache_target,
         tree_files: args.tree_files,
         write_share: args.write_share.clamp(0.0, 1.0),
     };
@@ -231,8 +241,8 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     for (w, modes) in &plan {
         println!("\n{} (seed {}): {}", w.name, w.seed, w.op);
         println!(
-            "{:<16} {:>7} {:>13} {:>12} {:>10} {:>9} {:>10} {:>6}",
-            "mode", "threads", "ops/s", "ops/s/thr", "ns/op", "speedup", "vs global", "wrong"
+            "{:<16} {:>7} {:>13} {:>12} {:>10} {:>9} {:>10} {:>6} {:>8}",
+            "mode", "threads", "ops/s", "ops/s/thr", "ns/op", "speedup", "vs global", "wrong", "hits"
         );
         for m in modes {
             let target = match (w.build)(&ctx, m, max_threads) {
@@ -246,8 +256,16 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
             let mut one = None;
             for &t in &threads {
                 progress.set_message(format!("{} {} x{}", w.name, m, t));
+                let lookups0 = target.host_lookups();
                 let mut samples: Vec<(u64, f64, f64)> =
                     (0..args.repeats.max(1)).map(|_| measure(&target, t, duration)).collect();
+                let all_ops: u64 = samples.iter().map(|s| s.0).sum();
+                let hit_rate = match (lookups0, target.host_lookups()) {
+                    (Some((l0, comps)), Some((l1, _))) if all_ops > 0 => {
+                        Some((1.0 - (l1 - l0) as f64 / (all_ops as f64 * comps)).max(0.0))
+                    }
+                    _ => None,
+                };
                 samples.sort_by(|a, b| (a.0 as f64 / a.1).total_cmp(&(b.0 as f64 / b.1)));
                 let (ops, secs, cpu) = samples[samples.len() / 2];
                 let ops_per_sec = ops as f64 / secs;
@@ -258,7 +276,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                     .map(|r| format!("{:.2}x", ops_per_sec / r.ops_per_sec));
                 let fneg = target.false_negatives();
                 println!(
-                    "{:<16} {:>7} {:>13.0} {:>12.0} {:>10.1} {:>8.2}x {:>10} {:>6}",
+                    "{:<16} {:>7} {:>13.0} {:>12.0} {:>10.1} {:>8.2}x {:>10} {:>6} {:>8}",
                     m,
                     t,
                     ops_per_sec,
@@ -267,6 +285,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                     ops_per_sec / base,
                     vs_global.unwrap_or_else(|| "-".into()),
                     fneg.map_or("-".to_string(), |n| n.to_string()),
+                    hit_rate.map_or("-".to_string(), |h| format!("{:.2}%", 100.0 * h)),
                 );
                 rows.push(Row {
                     workload: w.name.to_string(),
@@ -284,6 +303,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                         .map(|c| Config { refs: c.refs.name(), layout: c.layout.name(), page_cache: c.cache.name() }),
                     false_negatives: fneg,
                     create_seconds: None,
+                    hit_rate,
                 });
                 progress.inc(1);
             }
@@ -342,6 +362,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                     config: None,
                     false_negatives: None,
                     create_seconds: Some(r.create_seconds),
+                    hit_rate: None,
                 });
                 progress.inc(1);
             }

@@ -9,15 +9,44 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use rcuvfs::fs::passthrough::{Passthrough, PassthroughOptions, PassthroughStats};
 use rcuvfs::{CacheMode, File, Layout, OpenOptions, RefMode, Vfs};
 
 /// What a workload needs from the run.
 pub struct Ctx {
     pub host_dir: PathBuf,
+    /// What the Vfs serves.
+    pub backend: Backend,
+    /// The Vfs's dcache size target, when given.
+    pub dcache_target: Option<usize>,
     /// Files in the tree-walk tree.
     pub tree_files: usize,
     /// pagecache-mix: the share of operations that write (0 to 1).
     pub write_share: f64,
+}
+
+/// The filesystem under the Vfs.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    Memfs,
+    /// A host directory, through the passthrough filesystem.
+    Passthrough(PathBuf),
+}
+
+impl Backend {
+    pub fn parse(s: &str) -> std::io::Result<Backend> {
+        if s == "memfs" {
+            return Ok(Backend::Memfs);
+        }
+        if let Some(dir) = s.strip_prefix("passthrough:") {
+            let dir = PathBuf::from(dir);
+            if !std::fs::metadata(&dir).map(|m| m.is_dir()).unwrap_or(false) {
+                return Err(std::io::Error::other(format!("backend {s:?}: {} is not a directory", dir.display())));
+            }
+            return Ok(Backend::Passthrough(dir));
+        }
+        Err(std::io::Error::other(format!("unknown backend {s:?} (memfs, passthrough:DIR)")))
+    }
 }
 
 /// One workload prepared in one mode: many threads run its operation.
@@ -26,6 +55,11 @@ pub trait Target: Send + Sync {
     fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64);
     /// Wrong answers seen so far (rename-storm's false negatives).
     fn false_negatives(&self) -> Option<u64> {
+        None
+    }
+    /// Passthrough: lookups that reached the host so far, and the path
+    /// components one operation looks up (for the dcache hit rate).
+    fn host_lookups(&self) -> Option<(u64, f64)> {
         None
     }
 }
@@ -146,6 +180,34 @@ fn new_vfs(mode: &str) -> std::io::Result<Vfs> {
     Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache).build()
 }
 
+/// A Vfs in `mode` over the context's backend, with the passthrough's
+/// counters when it is one.
+fn backend_vfs(ctx: &Ctx, mode: &str) -> std::io::Result<(Vfs, Option<Arc<PassthroughStats>>)> {
+    let c = vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
+    let mut b = Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache);
+    if let Some(t) = ctx.dcache_target {
+        b = b.dcache_target(t);
+    }
+    match &ctx.backend {
+        Backend::Memfs => Ok((b.build()?, None)),
+        Backend::Passthrough(dir) => {
+            let pt = Passthrough::new(dir, PassthroughOptions::default())?;
+            let stats = pt.stats();
+            Ok((b.filesystem(Arc::new(pt)).build()?, Some(stats)))
+        }
+    }
+}
+
+/// Workloads that only run on memfs say so for other backends.
+fn memfs_only(ctx: &Ctx, workload: &str) -> std::io::Result<()> {
+    match ctx.backend {
+        Backend::Memfs => Ok(()),
+        Backend::Passthrough(_) => {
+            Err(std::io::Error::other(format!("{workload} runs on memfs only (passthrough: stat-same, tree-walk)")))
+        }
+    }
+}
+
 fn unsupported(mode: &str, workload: &str) -> std::io::Error {
     std::io::Error::other(format!("mode {mode} does not apply to {workload}"))
 }
@@ -200,9 +262,15 @@ fn stat_paths(private: bool, threads: usize) -> Vec<String> {
 struct VfsStat {
     vfs: Vfs,
     paths: Vec<String>,
+    /// Passthrough: its counters and the components of one stat.
+    host: Option<(Arc<PassthroughStats>, f64)>,
 }
 
 impl Target for VfsStat {
+    fn host_lookups(&self) -> Option<(u64, f64)> {
+        self.host.as_ref().map(|(s, c)| (s.lookups.load(Ordering::Relaxed), *c))
+    }
+
     fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
         let p = &self.paths[thread % self.paths.len()];
         batches(stop, count, || {
@@ -212,7 +280,7 @@ impl Target for VfsStat {
 }
 
 struct HostStat {
-    _dir: HostDir,
+    _dir: Option<HostDir>,
     paths: Vec<CString>,
 }
 
@@ -269,6 +337,29 @@ impl Target for DashStat {
 fn stat(ctx: &Ctx, mode: &str, threads: usize, private: bool) -> std::io::Result<Arc<dyn Target>> {
     let paths = stat_paths(private, threads);
     let attr = FlatAttr { _ino: 7, _mode: 0o100644, _size: 1, _mtime: 0 };
+    if let Backend::Passthrough(dir) = &ctx.backend {
+        // The same files on the host directory, for the Vfs and the host
+        // peer alike (left there afterwards: they are the benchmark's).
+        for p in &paths {
+            let full = dir.join(p.trim_start_matches('/'));
+            std::fs::create_dir_all(full.parent().unwrap())?;
+            if !full.exists() {
+                std::fs::write(&full, b"x")?;
+            }
+        }
+        return Ok(match mode {
+            "host" => Arc::new(HostStat {
+                _dir: None,
+                paths: paths.iter().map(|p| cstr(&dir.join(p.trim_start_matches('/')))).collect(),
+            }),
+            "papaya" | "dashmap" => return Err(unsupported(mode, "the passthrough backend")),
+            m => {
+                let (vfs, stats) = backend_vfs(ctx, m)?;
+                let components = DEPTH_DIR.matches('/').count() as f64 + 1.0;
+                Arc::new(VfsStat { vfs, paths, host: stats.map(|s| (s, components)) })
+            }
+        });
+    }
     Ok(match mode {
         "host" => {
             let dir = HostDir::new(ctx, "stat")?;
@@ -279,7 +370,7 @@ fn stat(ctx: &Ctx, mode: &str, threads: usize, private: bool) -> std::io::Result
                 std::fs::write(&full, b"x")?;
                 c.push(cstr(&full));
             }
-            Arc::new(HostStat { _dir: dir, paths: c })
+            Arc::new(HostStat { _dir: Some(dir), paths: c })
         }
         "papaya" => {
             let map = papaya::HashMap::new();
@@ -296,12 +387,12 @@ fn stat(ctx: &Ctx, mode: &str, threads: usize, private: bool) -> std::io::Result
             Arc::new(DashStat { map, paths })
         }
         m => {
-            let vfs = new_vfs(m)?;
+            let (vfs, _) = backend_vfs(ctx, m)?;
             vfs.create_dir_all(DEPTH_DIR)?;
             for p in &paths {
                 vfs.write(p, b"x")?;
             }
-            Arc::new(VfsStat { vfs, paths })
+            Arc::new(VfsStat { vfs, paths, host: None })
         }
     })
 }
@@ -360,6 +451,7 @@ impl Target for HostShort {
 }
 
 fn short(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
+    memfs_only(ctx, "short")?;
     match mode {
         "papaya" | "dashmap" => Err(unsupported(mode, "short")),
         "host" => {
@@ -463,6 +555,7 @@ impl Target for HostStorm {
 }
 
 fn rename_storm(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
+    memfs_only(ctx, "rename-storm")?;
     match mode {
         "papaya" | "dashmap" => Err(unsupported(mode, "rename-storm")),
         "host" => {
@@ -529,6 +622,8 @@ fn leaf_dirs(files: usize) -> Vec<String> {
 struct VfsTree {
     vfs: Vfs,
     dirs: Vec<String>,
+    /// Passthrough: its counters and the mean components of one stat.
+    host: Option<(Arc<PassthroughStats>, f64)>,
 }
 
 impl Target for VfsTree {
@@ -541,19 +636,26 @@ impl Target for VfsTree {
                 let e = e.expect("entry");
                 path.clear();
                 path.push_str(dir);
-                path.push('/');
+                if !dir.ends_with('/') {
+                    path.push('/');
+                }
                 path.push_str(&e.file_name().to_string_lossy());
-                std::hint::black_box(self.vfs.metadata(&path).expect("stat"));
+                std::hint::black_box(self.vfs.symlink_metadata(&path).expect("stat"));
                 n += 1;
             }
             count.store(n, Ordering::Relaxed);
             i += 7; // stride through the tree
         }
     }
+
+    fn host_lookups(&self) -> Option<(u64, f64)> {
+        self.host.as_ref().map(|(s, c)| (s.lookups.load(Ordering::Relaxed), *c))
+    }
 }
 
 struct HostTree {
-    dir: HostDir,
+    _dir: Option<HostDir>,
+    root: PathBuf,
     dirs: Vec<String>,
 }
 
@@ -561,9 +663,9 @@ impl Target for HostTree {
     fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
         let (mut n, mut i) = (0u64, thread);
         while !stop.load(Ordering::Relaxed) {
-            let dir = self.dir.0.join(self.dirs[i % self.dirs.len()].trim_start_matches('/'));
+            let dir = self.root.join(self.dirs[i % self.dirs.len()].trim_start_matches('/'));
             for e in std::fs::read_dir(&dir).expect("readdir") {
-                std::hint::black_box(std::fs::metadata(e.expect("entry").path()).expect("stat"));
+                std::hint::black_box(std::fs::symlink_metadata(e.expect("entry").path()).expect("stat"));
                 n += 1;
             }
             count.store(n, Ordering::Relaxed);
@@ -572,7 +674,50 @@ impl Target for HostTree {
     }
 }
 
+/// Every directory under `root` that has entries, as Vfs paths ("/" for
+/// the root), and the mean components of the paths of their entries.
+fn host_tree_dirs(root: &Path) -> std::io::Result<(Vec<String>, f64)> {
+    let (mut dirs, mut stack) = (Vec::new(), vec![String::from("/")]);
+    let (mut entries, mut components) = (0u64, 0u64);
+    while let Some(d) = stack.pop() {
+        let mut any = false;
+        for e in std::fs::read_dir(root.join(d.trim_start_matches('/')))? {
+            let e = e?;
+            any = true;
+            let child = if d == "/" {
+                format!("/{}", e.file_name().to_string_lossy())
+            } else {
+                format!("{d}/{}", e.file_name().to_string_lossy())
+            };
+            entries += 1;
+            components += child.matches('/').count() as u64;
+            if e.file_type()?.is_dir() {
+                stack.push(child);
+            }
+        }
+        if any {
+            dirs.push(d);
+        }
+    }
+    if dirs.is_empty() {
+        return Err(std::io::Error::other(format!("tree-walk: {} is empty", root.display())));
+    }
+    Ok((dirs, components as f64 / entries.max(1) as f64))
+}
+
 fn tree_walk(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
+    if let Backend::Passthrough(root) = &ctx.backend {
+        // The tree is whatever the directory holds (a source tree, say).
+        let (dirs, components) = host_tree_dirs(root)?;
+        return match mode {
+            "papaya" | "dashmap" => Err(unsupported(mode, "tree-walk")),
+            "host" => Ok(Arc::new(HostTree { _dir: None, root: root.clone(), dirs })),
+            m => {
+                let (vfs, stats) = backend_vfs(ctx, m)?;
+                Ok(Arc::new(VfsTree { vfs, dirs, host: stats.map(|s| (s, components)) }))
+            }
+        };
+    }
     let dirs = leaf_dirs(ctx.tree_files);
     let per = tree_shape(ctx.tree_files).3;
     match mode {
@@ -586,17 +731,18 @@ fn tree_walk(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn 
                     std::fs::write(p.join(format!("f{f}")), b"")?;
                 }
             }
-            Ok(Arc::new(HostTree { dir, dirs }))
+            let root = dir.0.clone();
+            Ok(Arc::new(HostTree { _dir: Some(dir), root, dirs }))
         }
         m => {
-            let vfs = new_vfs(m)?;
+            let (vfs, _) = backend_vfs(ctx, m)?;
             for d in &dirs {
                 vfs.create_dir_all(d)?;
                 for f in 0..per {
                     vfs.write(format!("{d}/f{f}"), b"")?;
                 }
             }
-            Ok(Arc::new(VfsTree { vfs, dirs }))
+            Ok(Arc::new(VfsTree { vfs, dirs, host: None }))
         }
     }
 }
@@ -652,6 +798,7 @@ impl Target for HostDd {
 }
 
 fn dd(ctx: &Ctx, mode: &str, threads: usize, write: bool) -> std::io::Result<Arc<dyn Target>> {
+    memfs_only(ctx, "dd")?;
     let content = vec![0x5Au8; DD_SIZE as usize];
     match mode {
         "papaya" | "dashmap" => Err(unsupported(mode, "dd")),
@@ -740,6 +887,7 @@ impl Target for HostMix {
 }
 
 fn pagecache_mix(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
+    memfs_only(ctx, "pagecache-mix")?;
     let content = vec![0x33u8; MIX_SIZE as usize];
     match mode {
         "papaya" | "dashmap" => Err(unsupported(mode, "pagecache-mix")),
