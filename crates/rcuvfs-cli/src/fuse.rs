@@ -57,7 +57,9 @@ pub struct MountArgs {
     /// reaches rcuvfs instead of the kernel's dcache.
     #[arg(long)]
     no_kernel_cache: bool,
-    /// What to serve: `memfs` (an empty in-memory filesystem).
+    /// What to serve: `memfs` (an empty in-memory filesystem) or
+    /// `passthrough:DIR` (a host directory, kept coherent with changes
+    /// made there directly).
     #[arg(long, default_value = "memfs")]
     backend: String,
 }
@@ -69,15 +71,35 @@ fn default_threads() -> usize {
 /// Mounts and serves until unmounted (`umount`, `fusermount3 -u`) or until
 /// SIGINT or SIGTERM, which unmount first.
 pub fn run(args: MountArgs) -> io::Result<()> {
+    // SIGINT and SIGTERM are blocked in every thread (blocked first, so
+    // that every thread started later inherits the mask: the workers, the
+    // passthrough's watcher) and taken by one thread with sigwait, which
+    // unmounts; the session then ends as it does on an external umount.
+    let signals = block_signals();
     match std::fs::metadata(&args.mountpoint) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(io::Error::other(format!("mountpoint {}: not a directory", args.mountpoint.display()))),
         Err(e) => return Err(io::Error::other(format!("mountpoint {}: {e}", args.mountpoint.display()))),
     }
-    if args.backend != "memfs" {
-        return Err(io::Error::other(format!("backend {:?} is not available yet (memfs only)", args.backend)));
-    }
     let mut b = Vfs::builder().umask(0);
+    let what = if args.backend == "memfs" {
+        "memfs".to_string()
+    } else if let Some(dir) = args.backend.strip_prefix("passthrough:") {
+        let (d, m) = (std::fs::canonicalize(dir)?, std::fs::canonicalize(&args.mountpoint)?);
+        if m.starts_with(&d) {
+            return Err(io::Error::other(format!(
+                "mountpoint {} is inside the served directory {}",
+                m.display(),
+                d.display()
+            )));
+        }
+        let pt = rcuvfs::fs::passthrough::Passthrough::new(&d, Default::default())
+            .map_err(|e| io::Error::new(e.kind(), format!("backend {}: {e}", d.display())))?;
+        b = b.filesystem(std::sync::Arc::new(pt));
+        format!("{} (passthrough)", d.display())
+    } else {
+        return Err(io::Error::other(format!("unknown backend {:?} (memfs, passthrough:DIR)", args.backend)));
+    };
     if let Some(n) = args.size {
         b = b.max_bytes(n);
     }
@@ -100,10 +122,6 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     config.n_threads = Some(args.threads.max(1));
     config.clone_fd = true;
 
-    // SIGINT and SIGTERM are blocked in every thread (the workers inherit
-    // the mask) and taken by one thread with sigwait, which unmounts; the
-    // session then ends as it does on an external umount.
-    let signals = block_signals();
     let mut session = fuser::Session::new(server, &args.mountpoint, &config)
         .map_err(|e| io::Error::new(e.kind(), format!("mount on {}: {e}", args.mountpoint.display())))?;
     let mut unmounter = session.unmount_callable();
@@ -116,7 +134,7 @@ pub fn run(args: MountArgs) -> io::Result<()> {
             std::process::exit(1);
         }
     });
-    eprintln!("rcuvfs: serving memfs on {} ({} threads)", args.mountpoint.display(), args.threads);
+    eprintln!("rcuvfs: serving {what} on {} ({} threads)", args.mountpoint.display(), args.threads);
     session.run()?;
     eprintln!("rcuvfs: unmounted");
     Ok(())
