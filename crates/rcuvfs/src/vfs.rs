@@ -169,14 +169,16 @@ impl VfsBuilder {
 
     pub fn build(self) -> Result<Vfs> {
         let fs = self.fs.unwrap_or_else(|| Arc::new(MemFs::new(self.memfs)));
+        // A filesystem that can hold only so many inodes caps the target.
+        let dcache_target = fs.inode_budget().map_or(self.dcache_target, |b| self.dcache_target.min(b.max(16)));
         let dc = Dcache::new(
             fs.clone(),
             self.buckets,
             self.layout == Layout::Packed,
             self.mode.locks_every_reference(),
             self.inode_list,
-            self.dcache_target,
-            self.negative_dentries.unwrap_or(self.dcache_target / 4),
+            dcache_target,
+            self.negative_dentries.unwrap_or(dcache_target / 4),
         )?;
         let shared = Shared {
             dc,

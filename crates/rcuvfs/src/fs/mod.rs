@@ -287,6 +287,13 @@ pub trait FileSystem: Send + Sync + 'static {
         false
     }
 
+    /// How many in-core inodes this filesystem can hold at once, if it is
+    /// limited (passthrough: one descriptor each, under the process's
+    /// descriptor limit). The VFS keeps its dcache target below it.
+    fn inode_budget(&self) -> Option<usize> {
+        None
+    }
+
     /// Called once the VFS serves this filesystem: `notify` is how it
     /// reports changes made behind the VFS's back.
     fn attach(&self, _notify: std::sync::Arc<dyn Notify>) {}

@@ -410,9 +410,37 @@ impl Inner {
     }
 }
 
+/// Every in-core inode holds a descriptor: raise the process's descriptor
+/// limit as far as allowed (the hard limit, and for root up to
+/// `fs.nr_open`), once.
+fn raise_fd_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: valid out pointer.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+            return;
+        }
+        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
+            .unwrap_or(rl.rlim_max);
+        let want = libc::rlimit { rlim_cur: nr_open.max(rl.rlim_max), rlim_max: nr_open.max(rl.rlim_max) };
+        // SAFETY: valid pointers; failure (not root) leaves the limit alone.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } != 0 {
+            let soft = libc::rlimit { rlim_cur: rl.rlim_max, rlim_max: rl.rlim_max };
+            // SAFETY: as above.
+            unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &soft) };
+        }
+    });
+}
+
 impl Passthrough {
-    /// Serves the host directory `dir`.
+    /// Serves the host directory `dir`. Each in-core inode holds an
+    /// `O_PATH` descriptor, so the dcache target should stay below the
+    /// descriptor limit, which this raises as far as it may.
     pub fn new(dir: impl AsRef<Path>, opts: PassthroughOptions) -> Result<Passthrough> {
+        raise_fd_limit();
         let c = CString::new(dir.as_ref().as_os_str().as_bytes()).map_err(|_| err(EINVAL))?;
         // SAFETY: NUL-terminated path.
         let fd = check(unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) })?;
@@ -878,6 +906,17 @@ impl FileSystem for Passthrough {
 
     fn revalidates(&self) -> bool {
         self.inner.unwatched.load(Ordering::Relaxed)
+    }
+
+    fn inode_budget(&self) -> Option<usize> {
+        let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: valid out pointer.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
+            return None;
+        }
+        // A path descriptor per inode, a data descriptor per file read or
+        // written, and room for the process's own.
+        Some((rl.rlim_cur as usize).saturating_sub(1024) / 2)
     }
 }
 
