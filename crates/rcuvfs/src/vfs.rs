@@ -1266,6 +1266,9 @@ impl Vfs {
     pub fn mount(&self, path: impl AsRef<Path>, fs: Arc<dyn FileSystem>) -> Result<()> {
         let f = fs.clone();
         self.mount_on(path.as_ref(), |dc, _, _| dc.new_super(f).map(Mounted::Fresh))?;
+        if let Some(b) = fs.inode_budget() {
+            self.dc().cap_target(b);
+        }
         attach(&self.shared, &fs);
         Ok(())
     }

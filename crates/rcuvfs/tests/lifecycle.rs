@@ -53,6 +53,8 @@ fn the_dcache_holds_to_its_target_over_a_larger_tree() {
 struct Counting {
     inner: MemFs,
     lookups: Arc<AtomicU64>,
+    /// The inode budget it reports.
+    budget: Option<usize>,
 }
 
 impl FileSystem for Counting {
@@ -113,12 +115,28 @@ impl FileSystem for Counting {
     fn statfs(&self) -> std::io::Result<StatFs> {
         self.inner.statfs()
     }
+    fn inode_budget(&self) -> Option<usize> {
+        self.budget
+    }
+}
+
+#[test]
+fn a_mounted_filesystem_with_an_inode_budget_lowers_the_target() {
+    let v = Vfs::new(); // the default target: 1M dentries
+    v.create_dir("/m").unwrap();
+    let fs = Counting { inner: MemFs::default(), lookups: Arc::new(AtomicU64::new(0)), budget: Some(300) };
+    v.mount("/m", Arc::new(fs)).unwrap();
+    for f in 0..common::scaled(2000) {
+        v.write(format!("/m/f{f}"), b"x").unwrap();
+    }
+    let n = v.stats().dentries;
+    assert!(n <= 300 + 8 + 30, "{n} dentries for a budget of 300");
 }
 
 #[test]
 fn the_second_chance_keeps_the_hot_set() {
     let lookups = Arc::new(AtomicU64::new(0));
-    let fs = Arc::new(Counting { inner: MemFs::default(), lookups: lookups.clone() });
+    let fs = Arc::new(Counting { inner: MemFs::default(), lookups: lookups.clone(), budget: None });
     let v = Vfs::builder().filesystem(fs).dcache_target(400).build().unwrap();
     v.create_dir("/d").unwrap();
     let hot = 50;

@@ -372,8 +372,10 @@ pub(crate) struct Dcache {
     pub ns: Namespace,
     pub rcu: Rcu,
     lru: Mutex<Lru>,
-    /// Dentries the shrinker holds the cache to.
-    target: usize,
+    /// Dentries the shrinker holds the cache to (lowered by a mount of a
+    /// filesystem with an inode budget). Plain std atomic: not part of any
+    /// protocol.
+    target: std::sync::atomic::AtomicUsize,
     /// Negative dentries the shrinker holds the cache to.
     negative_target: usize,
 }
@@ -408,7 +410,7 @@ impl Dcache {
             tree_lock: Mutex::new(()),
             rename_lock: SeqLock::new(),
             lru: Mutex::new(Lru { head: ptr::null(), tail: ptr::null() }),
-            target: target.max(16),
+            target: std::sync::atomic::AtomicUsize::new(target.max(16)),
             negative_target,
             root: ptr::null(),
             supers: Mutex::new(Vec::new()),
@@ -482,6 +484,12 @@ impl Dcache {
         let sb = unsafe { (*inode).sb() };
         // SAFETY: as the caller promised.
         unsafe { sb.itable.iput(inode, &self.rcu, &self.counters) };
+    }
+
+    /// Lowers the size target to `n` dentries if it is higher (a mounted
+    /// filesystem can hold only so many inodes).
+    pub fn cap_target(&self, n: usize) {
+        self.target.fetch_min(n.max(16), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The root filesystem's superblock.
@@ -652,12 +660,14 @@ impl Dcache {
     /// negative-dentry target: in the allocating thread, a batch at a time.
     fn shrink_to_target(&self) {
         let (n, neg) = (self.counters.dentries(), self.counters.negative_dentries());
-        let slack = (self.target / 64).max(8) as i64;
-        if neg > self.negative_target as i64 + slack {
-            self.shrink((neg - self.negative_target as i64) as usize, true);
+        let target = self.target.load(std::sync::atomic::Ordering::Relaxed);
+        let negative_target = self.negative_target;
+        let slack = (target / 64).max(8) as i64;
+        if neg > negative_target as i64 + slack {
+            self.shrink((neg - negative_target as i64) as usize, true);
         }
-        if n > self.target as i64 + slack {
-            self.shrink((n - self.target as i64) as usize, false);
+        if n > target as i64 + slack {
+            self.shrink((n - target as i64) as usize, false);
         }
     }
 
