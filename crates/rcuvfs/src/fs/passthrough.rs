@@ -131,6 +131,24 @@ struct Node {
     checked: Mutex<(Instant, Attr)>,
 }
 
+impl Node {
+    /// A node with one lookup reference, for the object `attr` describes.
+    fn new(key: (u64, u64), fd: OwnedFd, attr: Attr) -> Arc<Node> {
+        Arc::new(Node {
+            ino: attr.ino,
+            key,
+            kind: attr.kind,
+            fd,
+            nlookup: AtomicU64::new(1),
+            data: Mutex::new(None),
+            wd: Mutex::new(None),
+            listing: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            checked: Mutex::new((Instant::now(), attr)),
+        })
+    }
+}
+
 struct Nodes {
     by_ino: HashMap<Ino, Arc<Node>>,
     by_key: HashMap<(u64, u64), Ino>,
@@ -250,18 +268,7 @@ impl Inner {
         }
         let ino = self.ino_for(&mut nodes, key);
         let a = self.attr(ino, &st);
-        let node = Arc::new(Node {
-            ino,
-            key,
-            kind: a.kind,
-            fd,
-            nlookup: AtomicU64::new(1),
-            data: Mutex::new(None),
-            wd: Mutex::new(None),
-            listing: Mutex::new(None),
-            generation: AtomicU64::new(0),
-            checked: Mutex::new((Instant::now(), a.clone())),
-        });
+        let node = Node::new(key, fd, a.clone());
         nodes.by_key.insert(key, ino);
         nodes.by_ino.insert(ino, node.clone());
         if node.kind == FileType::Dir {
@@ -475,18 +482,7 @@ impl Passthrough {
             stats: Arc::new(PassthroughStats::default()),
         });
         let a = inner.attr(root_ino, &st);
-        let root = Arc::new(Node {
-            ino: root_ino,
-            key: (st.st_dev, st.st_ino),
-            kind: FileType::Dir,
-            fd,
-            nlookup: AtomicU64::new(1),
-            data: Mutex::new(None),
-            wd: Mutex::new(None),
-            listing: Mutex::new(None),
-            generation: AtomicU64::new(0),
-            checked: Mutex::new((Instant::now(), a)),
-        });
+        let root = Node::new((st.st_dev, st.st_ino), fd, a);
         {
             let mut nodes = inner.nodes.lock().unwrap();
             nodes.by_key.insert(root.key, root_ino);
