@@ -1,5 +1,6 @@
 //! Path parsing and walking: any byte string as a path, against a small
-//! tree with symlinks (one of them a loop). Never a panic; every error
+//! tree with symlinks (one of them a loop) and mounts (a fresh memfs, and a
+//! bind mount of a directory that contains it). Never a panic; every error
 //! carries an errno; a path that stats also resolves to an entry whose
 //! metadata agrees.
 #![no_main]
@@ -20,6 +21,12 @@ fn vfs() -> &'static Vfs {
         v.symlink("/a/b", "/a/up").unwrap();
         v.symlink("../..", "/a/b/c/rel").unwrap();
         v.symlink("/loop", "/loop").unwrap();
+        v.create_dir("/a/b/m").unwrap();
+        v.mount("/a/b/m", std::sync::Arc::new(rcuvfs::fs::memfs::MemFs::default())).unwrap();
+        v.create_dir("/a/b/m/in").unwrap();
+        v.symlink("../..", "/a/b/m/in/up").unwrap();
+        v.create_dir("/bind").unwrap();
+        v.rbind_mount("/a", "/bind").unwrap();
         v
     })
 }
