@@ -362,7 +362,8 @@ impl Metadata {
 /// One entry of a directory listing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
-    dir: PathBuf,
+    /// The listed directory's path, shared by the listing's entries.
+    dir: Arc<Path>,
     name: Vec<u8>,
     ino: Ino,
     kind: FileType,
@@ -1515,10 +1516,11 @@ impl Vfs {
         let path = path.as_ref();
         let dir = self.entry(path)?;
         let entries = self.read_dir_at_all(&dir)?;
+        let dir_path: Arc<Path> = Arc::from(path);
         Ok(ReadDir(
             entries
                 .into_iter()
-                .map(|e| DirEntry { dir: path.to_path_buf(), name: e.name, ino: e.ino, kind: e.kind })
+                .map(|e| DirEntry { dir: dir_path.clone(), name: e.name, ino: e.ino, kind: e.kind })
                 .collect::<Vec<_>>()
                 .into_iter(),
         ))
