@@ -10,8 +10,12 @@
 //! `chmod`, `truncate`, `utimensat` and data I/O go through
 //! `/proc/self/fd/N`, as virtiofsd does, since an `O_PATH` descriptor
 //! cannot carry them). File data goes through `pread` and `pwrite` on a
-//! descriptor opened once per node, not through the page cache: the page
-//! cache has no read-through fill from a backing store yet.
+//! descriptor opened once per node, deliberately not through rcuvfs's page
+//! cache: the host kernel's page cache already holds the data, and a second
+//! copy in this process could not be kept coherent with other programs
+//! (a write through a shared mapping raises no inotify event, and a write
+//! by another process is reported only after the fact), so reads would go
+//! stale. With `pread`, a read always returns what the host file holds.
 //!
 //! An inode number is the host's `st_ino` for objects on the root's device;
 //! objects on other devices (mounts inside the tree) get numbers from a
