@@ -1263,8 +1263,16 @@ impl Vfs {
     /// Mounts `fs` on the directory `path` (`mount(2)` of a new filesystem
     /// instance; for a fresh in-memory one, pass
     /// `Arc::new(MemFs::new(MemFsOptions::default()))`). The directory's
-    /// own content is hidden until the unmount. Needs root (`EPERM`).
+    /// own content is hidden until the unmount. Needs root (`EPERM`); a
+    /// filesystem instance already mounted (or serving the root) is
+    /// `EBUSY`: bind-mount it instead.
     pub fn mount(&self, path: impl AsRef<Path>, fs: Arc<dyn FileSystem>) -> Result<()> {
+        // One superblock per filesystem instance: a second one over the
+        // same instance would cache it twice, incoherently. `bind_mount`
+        // shows a mounted filesystem at a second place.
+        if self.dc().with_super(Arc::as_ptr(&fs) as *const (), |_| ()).is_some() {
+            return fail(EBUSY);
+        }
         let f = fs.clone();
         self.mount_on(path.as_ref(), |dc, _, _| dc.new_super(f).map(Mounted::Fresh))?;
         if let Some(b) = fs.inode_budget() {

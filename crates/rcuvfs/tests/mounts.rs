@@ -179,6 +179,25 @@ fn umount_is_ebusy_while_used_and_einval_off_a_mount_root() {
 }
 
 #[test]
+fn one_filesystem_instance_is_mounted_once() {
+    let v = Vfs::new();
+    v.create_dir("/a").unwrap();
+    v.create_dir("/b").unwrap();
+    let fs = memfs();
+    v.mount("/a", fs.clone()).unwrap();
+    assert_eq!(errno(&v.mount("/b", fs.clone())), EBUSY, "a second superblock over one instance");
+    assert_eq!(errno(&v.mount("/b", v.filesystem().clone())), EBUSY, "the root filesystem");
+    v.bind_mount("/a", "/b").unwrap();
+    v.write("/a/x", b"x").unwrap();
+    assert_eq!(v.read("/b/x").unwrap(), b"x");
+    v.unmount("/b").unwrap();
+    v.unmount("/a").unwrap();
+    // Unmounted, it may be mounted again.
+    v.mount("/b", fs).unwrap();
+    assert_eq!(v.read("/b/x").unwrap(), b"x");
+}
+
+#[test]
 fn stacked_mounts_show_the_top_one_and_unmount_in_order() {
     let v = Vfs::new();
     v.create_dir("/mnt").unwrap();
