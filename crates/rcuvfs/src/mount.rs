@@ -52,10 +52,15 @@ use crate::sync::{Mutex, RcuGuard, SeqCount};
 const BUCKETS: usize = 64;
 
 /// A mount: a superblock's dentry shown at a place in the tree.
+///
+/// Every field is an atomic, though most never change: the last `mntput`
+/// frees the mount through a pointer derived from a shared reference, and
+/// under Stacked Borrows that may write only interior-mutable bytes (Miri
+/// caught the plain fields; the dentry's padding taught the same lesson).
 pub(crate) struct Mount {
-    pub sb: *const Super,
+    sb: AtomicPtr<Super>,
     /// The dentry shown at the mountpoint (a counted reference).
-    pub root: *const Dentry,
+    root: AtomicPtr<Dentry>,
     /// The mount below; null for the namespace root and once detached.
     parent: AtomicPtr<Mount>,
     /// Where in `parent` this mount sits (a counted reference while
@@ -64,8 +69,9 @@ pub(crate) struct Mount {
     refs: AtomicUsize,
     /// The root mount: it lives as long as the namespace, so references on
     /// it are not counted and a walk in it stores nothing for its mount
-    /// (Linux counts per CPU for the same reason).
-    pinned: bool,
+    /// (Linux counts per CPU for the same reason). 1 or 0: a full word, so
+    /// the struct has no padding.
+    pinned: AtomicUsize,
     /// The next mount in this hash chain.
     next: AtomicPtr<Mount>,
 }
@@ -94,11 +100,22 @@ impl Mount {
     #[inline]
     pub fn root(&self) -> &Dentry {
         // SAFETY: the mount holds a reference on its root.
-        unsafe { &*self.root }
+        unsafe { &*self.root.load(Ordering::Relaxed) }
+    }
+
+    /// The superblock shown.
+    #[inline]
+    pub fn sb(&self) -> *const Super {
+        self.sb.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn pinned(&self) -> bool {
+        self.pinned.load(Ordering::Relaxed) != 0
     }
 
     fn get(&self) {
-        if self.pinned {
+        if self.pinned() {
             return;
         }
         crate::sync::audit::shared_writes(1);
@@ -148,12 +165,12 @@ impl Namespace {
             (*sb).mounts.fetch_add(1, Ordering::Relaxed);
         }
         let m = Box::into_raw(Box::new(Mount {
-            sb,
-            root,
+            sb: AtomicPtr::new(sb as *mut Super),
+            root: AtomicPtr::new(root as *mut Dentry),
             parent: AtomicPtr::new(ptr::null_mut()),
             mountpoint: AtomicPtr::new(ptr::null_mut()),
             refs: AtomicUsize::new(1),
-            pinned: true,
+            pinned: AtomicUsize::new(1),
             next: AtomicPtr::new(ptr::null_mut()),
         }));
         self.root.store(m, Ordering::Release);
@@ -249,7 +266,7 @@ impl Dcache {
     /// (`legitimize_mnt`). The root mount, which lives as long as the
     /// namespace, needs none: `Some(None)`, and no store.
     pub fn mnt_get_rcu<'a>(&'a self, m: &'a Mount) -> Option<Option<MntRef<'a>>> {
-        if m.pinned {
+        if m.pinned() {
             return Some(None);
         }
         let mut n = m.refs.load(Ordering::Relaxed);
@@ -271,7 +288,7 @@ impl Dcache {
 
     /// Drops a reference; the last one frees the mount.
     pub fn mntput(&self, m: &Mount) {
-        if m.pinned {
+        if m.pinned() {
             return;
         }
         crate::sync::audit::shared_writes(1);
@@ -280,7 +297,7 @@ impl Dcache {
         }
         crate::sync::atomic::fence(Ordering::Acquire);
         debug_assert!(m.parent.load(Ordering::Relaxed).is_null(), "an attached mount holds a reference");
-        let sb = m.sb;
+        let sb = m.sb();
         self.dput(m.root());
         // SAFETY: the mount keeps its superblock alive until here.
         if unsafe { (*sb).mounts.fetch_sub(1, Ordering::AcqRel) } == 1 {
@@ -338,12 +355,12 @@ impl Dcache {
         // SAFETY: `sb` is alive: a new one, or one a held mount keeps.
         unsafe { (*sb).mounts.fetch_add(1, Ordering::Relaxed) };
         let m = Box::into_raw(Box::new(Mount {
-            sb,
-            root,
+            sb: AtomicPtr::new(sb as *mut Super),
+            root: AtomicPtr::new(root as *const Dentry as *mut Dentry),
             parent: AtomicPtr::new(parent as *const Mount as *mut Mount),
             mountpoint: AtomicPtr::new(mp as *const Dentry as *mut Dentry),
             refs: AtomicUsize::new(1),
-            pinned: false,
+            pinned: AtomicUsize::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
         }));
         self.counters.add_mount(1);
@@ -376,7 +393,7 @@ impl Dcache {
     pub fn do_bind(&self, src_mnt: &Mount, src: &Dentry, mnt: &Mount, mp: &Dentry, recursive: bool) {
         let mut st = self.ns.lock.lock();
         self.ns.seq.write_begin();
-        let top = self.attach_locked(&mut st, src_mnt.sb, src, mnt, mp);
+        let top = self.attach_locked(&mut st, src_mnt.sb(), src, mnt, mp);
         if recursive {
             // (source mount, its copy) pairs whose children are still to copy.
             let mut todo = vec![(src_mnt as *const Mount, top)];
@@ -394,7 +411,7 @@ impl Dcache {
                         continue;
                     }
                     // SAFETY: `to` was attached above, under this lock.
-                    let copy = self.attach_locked(&mut st, km.sb, km.root(), unsafe { &*to }, kmp);
+                    let copy = self.attach_locked(&mut st, km.sb(), km.root(), unsafe { &*to }, kmp);
                     todo.push((km as *const Mount, copy));
                 }
             }
