@@ -87,6 +87,10 @@ impl Mount {
     /// readers must validate `Namespace::seq` afterwards.
     #[inline]
     pub fn parent(&self) -> Option<(&Mount, &Dentry)> {
+        // Acquire: the walker reads the parent mount and the mountpoint
+        // next; both were set before this mount was published, so this only
+        // keeps those reads after the loads. A detach's null, or a stale
+        // value, is caught by the caller's `Namespace::seq` check.
         let p = self.parent.load(Ordering::Acquire);
         let mp = self.mountpoint.load(Ordering::Acquire);
         if p.is_null() || mp.is_null() {
@@ -119,6 +123,8 @@ impl Mount {
             return;
         }
         crate::sync::audit::shared_writes(1);
+        // Relaxed: the caller holds a reference already (as `Arc::clone`);
+        // the count cannot reach zero meanwhile.
         self.refs.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -192,6 +198,7 @@ impl Namespace {
             // SAFETY: mounts reachable from a chain are freed only after a
             // grace period.
             let m = unsafe { &*p };
+            // Relaxed: a stale key is caught by the caller's `seq` check.
             if ptr::eq(m.parent.load(Ordering::Relaxed), parent) && ptr::eq(m.mountpoint.load(Ordering::Relaxed), d) {
                 return Some(m);
             }
@@ -274,6 +281,8 @@ impl Dcache {
             if n == 0 {
                 return None;
             }
+            // Acquire: orders our reads of the mount after we hold it, as
+            // `lockref_get_not_dead` does.
             match m.refs.compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed) {
                 Ok(_) => return Some(Some(MntRef { m, dc: self })),
                 Err(x) => n = x,
@@ -292,6 +301,8 @@ impl Dcache {
             return;
         }
         crate::sync::audit::shared_writes(1);
+        // Release, then an Acquire fence for the last one (as `Arc`): every
+        // user's accesses happen before the free.
         if m.refs.fetch_sub(1, Ordering::Release) != 1 {
             return;
         }
@@ -300,6 +311,7 @@ impl Dcache {
         let sb = m.sb();
         self.dput(m.root());
         // SAFETY: the mount keeps its superblock alive until here.
+        // AcqRel: the last mount's teardown sees every other mount's use.
         if unsafe { (*sb).mounts.fetch_sub(1, Ordering::AcqRel) } == 1 {
             self.kill_super(sb);
         }
@@ -353,6 +365,8 @@ impl Dcache {
         mp.lockref().get();
         parent.get();
         // SAFETY: `sb` is alive: a new one, or one a held mount keeps.
+        // Relaxed: a held mount of `sb` (or its creation) keeps the count
+        // above zero, so this is never a resurrection.
         unsafe { (*sb).mounts.fetch_add(1, Ordering::Relaxed) };
         let m = Box::into_raw(Box::new(Mount {
             sb: AtomicPtr::new(sb as *mut Super),
@@ -369,6 +383,8 @@ impl Dcache {
         let n = st.mountpoints.entry(mp as *const Dentry as usize).or_insert(0);
         *n += 1;
         if *n == 1 {
+            // Relaxed: inside the `seq` write section, which orders it for
+            // walkers (they validate `seq`).
             mp.flags.fetch_or(MOUNTED, Ordering::Relaxed);
         }
         st.children.entry(parent as *const Mount as usize).or_default().push(m as usize);
@@ -432,6 +448,11 @@ impl Dcache {
             return fail(EINVAL); // already detached
         }
         // Attached (1) and the caller's walk (1): nothing else.
+        // A count read under the lock. New references come from walks that
+        // take the lock (`follow_mount_ref`), from holders of one, and from
+        // rcuwalk stats (`mnt_get_rcu`), which may pin it just after this
+        // check: the stat then finishes on the detached mount and its put
+        // frees it.
         if !lazy && m.refs.load(Ordering::Acquire) != 2 {
             return fail(EBUSY);
         }
@@ -451,8 +472,10 @@ impl Dcache {
             let x = unsafe { &*x };
             let (p, mp) = x.parent().expect("attached");
             self.ns.hash_remove(x, p, mp);
-            x.parent.store(ptr::null_mut(), Ordering::Release);
-            x.mountpoint.store(ptr::null_mut(), Ordering::Release);
+            // Relaxed: a null publishes nothing; walkers that read either
+            // value validate `seq`.
+            x.parent.store(ptr::null_mut(), Ordering::Relaxed);
+            x.mountpoint.store(ptr::null_mut(), Ordering::Relaxed);
             let n = st.mountpoints.get_mut(&(mp as *const Dentry as usize)).expect("counted mountpoint");
             *n -= 1;
             if *n == 0 {

@@ -1232,12 +1232,14 @@ impl Dcache {
         let ip = sb.itable.find_hold(ino)?;
         let found = {
             let _g = self.rcu.read_lock();
+            // Copied out first: `aliases` is a leaf lock (`d_instantiate`
+            // takes it under `d_lock`), and a get may take `d_lock`.
             // SAFETY: we hold a reference on the inode.
-            let aliases = unsafe { (*ip).aliases.lock() };
-            aliases.iter().find_map(|&d| {
-                // SAFETY: a dentry on the alias list is live until
-                // `alias_del`, which its killer runs under this lock after
-                // marking it dead; get_not_dead then fails.
+            let aliases: Vec<usize> = unsafe { (*ip).aliases.lock().clone() };
+            aliases.into_iter().find_map(|d| {
+                // SAFETY: it was on the alias list inside our read section,
+                // so it is freed (after `alias_del`, through RCU) only after
+                // the section ends; a dead one fails get_not_dead.
                 let d = unsafe { &*(d as *const Dentry) };
                 d.lockref().get_not_dead().then(|| DRef { d, dc: self })
             })

@@ -64,7 +64,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use inotify::{EventMask, Inotify, WatchMask, Watches};
@@ -164,7 +164,9 @@ struct Inner {
     root_ino: Ino,
     root_dev: u64,
     opts: PassthroughOptions,
-    nodes: Mutex<Nodes>,
+    /// Read by every operation to find its node; written by lookups that
+    /// make a node, by forgets, and by watch bookkeeping.
+    nodes: RwLock<Nodes>,
     watches: Option<Mutex<Watches>>,
     /// Some directory is not watched: cached names must be revalidated.
     unwatched: AtomicBool,
@@ -238,7 +240,7 @@ impl Inner {
     }
 
     fn node(&self, ino: Ino) -> Result<Arc<Node>> {
-        self.nodes.lock().unwrap().by_ino.get(&ino).cloned().ok_or_else(|| err(libc::ESTALE))
+        self.nodes.read().unwrap().by_ino.get(&ino).cloned().ok_or_else(|| err(libc::ESTALE))
     }
 
     fn dir(&self, ino: Ino) -> Result<Arc<Node>> {
@@ -261,7 +263,7 @@ impl Inner {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let st = stat_fd(fd.as_raw_fd(), None)?;
         let key = (st.st_dev, st.st_ino);
-        let mut nodes = self.nodes.lock().unwrap();
+        let mut nodes = self.nodes.write().unwrap();
         if let Some(&ino) = nodes.by_key.get(&key) {
             let n = nodes.by_ino[&ino].clone();
             n.nlookup.fetch_add(1, Ordering::Relaxed);
@@ -341,6 +343,9 @@ impl Inner {
     /// A change through the VFS in directory `dir`: its listing is no
     /// longer known to be complete.
     fn touched(&self, dir: &Node) {
+        // Relaxed: `readdir` compares the generation under the listing's
+        // lock, which orders it after this increment when it follows the
+        // clear below, and the clear undoes its store when it precedes it.
         dir.generation.fetch_add(1, Ordering::Relaxed);
         *dir.listing.lock().unwrap() = None;
     }
@@ -475,7 +480,7 @@ impl Passthrough {
             root_dev: st.st_dev,
             unwatched: AtomicBool::new(false),
             opts,
-            nodes: Mutex::new(Nodes {
+            nodes: RwLock::new(Nodes {
                 by_ino: HashMap::new(),
                 by_key: HashMap::new(),
                 by_wd: HashMap::new(),
@@ -488,7 +493,7 @@ impl Passthrough {
         let a = inner.attr(root_ino, &st);
         let root = Node::new((st.st_dev, st.st_ino), fd, a);
         {
-            let mut nodes = inner.nodes.lock().unwrap();
+            let mut nodes = inner.nodes.write().unwrap();
             nodes.by_key.insert(root.key, root_ino);
             nodes.by_ino.insert(root_ino, root.clone());
             inner.watch(&mut nodes, &root);
@@ -530,7 +535,7 @@ fn watcher(mut inotify: Inotify, inner: Weak<Inner>) {
         for ev in events {
             inner.stats.events.fetch_add(1, Ordering::Relaxed);
             if ev.mask.contains(EventMask::Q_OVERFLOW) {
-                let nodes = inner.nodes.lock().unwrap();
+                let nodes = inner.nodes.read().unwrap();
                 for n in nodes.by_ino.values() {
                     inner.touched(n);
                 }
@@ -539,7 +544,7 @@ fn watcher(mut inotify: Inotify, inner: Weak<Inner>) {
                 continue;
             }
             let dir = {
-                let nodes = inner.nodes.lock().unwrap();
+                let nodes = inner.nodes.read().unwrap();
                 nodes.by_wd.get(&ev.wd.get_watch_descriptor_id()).and_then(|i| nodes.by_ino.get(i).cloned())
             };
             let Some(dir) = dir else { continue };
@@ -562,7 +567,7 @@ fn watcher(mut inotify: Inotify, inner: Weak<Inner>) {
                         inner.touched(&dir);
                     }
                     if ev.mask.contains(EventMask::IGNORED) {
-                        let mut nodes = inner.nodes.lock().unwrap();
+                        let mut nodes = inner.nodes.write().unwrap();
                         nodes.by_wd.remove(&ev.wd.get_watch_descriptor_id());
                         continue;
                     }
@@ -600,7 +605,7 @@ impl FileSystem for Passthrough {
 
     fn forget(&self, ino: Ino, nlookup: u64) {
         let inner = &*self.inner;
-        let mut nodes = inner.nodes.lock().unwrap();
+        let mut nodes = inner.nodes.write().unwrap();
         let Some(n) = nodes.by_ino.get(&ino).cloned() else { return };
         if n.nlookup.fetch_sub(nlookup, Ordering::Relaxed) > nlookup || ino == inner.root_ino {
             return;
@@ -799,12 +804,14 @@ impl FileSystem for Passthrough {
                 return Ok(l[start..].to_vec());
             }
         }
-        let g = d.generation.load(Ordering::Acquire);
+        // Relaxed, here and below: the listing's lock orders the second
+        // load against `touched` (see there).
+        let g = d.generation.load(Ordering::Relaxed);
         let out = inner.getdents(&d, offset)?;
         // A whole listing, read with no event in between, under a watch.
         if offset == 0 && d.wd.lock().unwrap().is_some() {
             let mut l = d.listing.lock().unwrap();
-            if d.generation.load(Ordering::Acquire) == g {
+            if d.generation.load(Ordering::Relaxed) == g {
                 *l = Some(Arc::new(out.clone()));
             }
         }
