@@ -37,12 +37,11 @@
 //!   decrements form a release sequence read by the locker's CAS).
 //! - Unlock is a `Release` RMW pairing with the next `Acquire` lock.
 
-use super::atomic::{spin_hint, unpark_all, AtomicU64, Ordering};
+use super::atomic::{spin_hint, unpark_one, AtomicU64, Ordering};
 
 const LOCKED: u64 = 1;
 const PARKED: u64 = 2;
 const LOCK_ONLY: u64 = 4;
-const LOCK_MASK: u64 = LOCKED | PARKED;
 /// The bits a count update keeps.
 const LOW_MASK: u64 = u32::MAX as u64;
 const COUNT_SHIFT: u32 = 32;
@@ -159,6 +158,14 @@ impl Lockref {
         }
     }
 
+    /// Drops a reference if it is not the last one, without the lock.
+    /// Returns `false`, changing nothing, when the count is one or less, the
+    /// lock is held, or the CAS kept losing.
+    #[inline]
+    pub fn put_not_last(&self) -> bool {
+        self.cmpxchg_loop(Ordering::Release, |c| (c > 1).then_some(c - 1)).is_ok()
+    }
+
     /// Drops a reference without ever taking the lock (`lockref_put_return`).
     /// Returns the new count, or `None` if the count was not above zero, the
     /// lock was held, or the CAS kept losing: the caller then takes the slow
@@ -203,6 +210,27 @@ impl Lockref {
         }
         super::audit::shared_writes(1);
         LockrefGuard { lockref: self }
+    }
+
+    /// Takes the lock if it is free (`spin_trylock`), as `lock` does. Gives
+    /// up after [`CAS_RETRIES`] lost races with count changes.
+    #[inline]
+    pub fn try_lock(&self) -> Option<LockrefGuard<'_>> {
+        let mut old = self.word.load(Ordering::Relaxed);
+        for _ in 0..CAS_RETRIES {
+            if old & LOCKED != 0 {
+                return None;
+            }
+            // Acquire: as in `lock`.
+            match self.word.compare_exchange_weak(old, old | LOCKED, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => {
+                    super::audit::shared_writes(1);
+                    return Some(LockrefGuard { lockref: self });
+                }
+                Err(cur) => old = cur,
+            }
+        }
+        None
     }
 
     #[cold]
@@ -262,12 +290,29 @@ impl Drop for LockrefGuard<'_> {
     fn drop(&mut self) {
         let w = &self.lockref.word;
         super::audit::shared_writes(1);
-        // Release: pairs with the Acquire CAS of the next locker. Clearing
-        // both bits: the parked waiters are all woken below and re-set
-        // PARKED if they must sleep again.
-        if w.fetch_and(!LOCK_MASK, Ordering::Release) & PARKED != 0 {
-            unpark_all(self.lockref.addr());
+        // Release: pairs with the Acquire CAS of the next locker (and with
+        // the Acquire of lockless operations that read this word). `PARKED`
+        // stays: the wake-up below decides it.
+        if w.fetch_and(!LOCKED, Ordering::Release) & PARKED != 0 {
+            self.unlock_slow();
         }
+    }
+}
+
+impl LockrefGuard<'_> {
+    /// Wakes one parked waiter; clears `PARKED` if it was the last one
+    /// (parking_lot's protocol; see `mutex`). The count may change under us
+    /// (the lock is free), hence an RMW on the lock bits only.
+    #[cold]
+    fn unlock_slow(&self) {
+        let w = &self.lockref.word;
+        unpark_one(self.lockref.addr(), |more| {
+            if !more {
+                // Relaxed: the bit only says whom to wake; the waiters and
+                // this callback are ordered by the parking lot's lock.
+                w.fetch_and(!PARKED, Ordering::Relaxed);
+            }
+        });
     }
 }
 
@@ -279,7 +324,7 @@ mod tests {
     fn count_bits_round_trip() {
         for c in [0, 1, 2, 1000, i32::MAX, DEAD, -1] {
             assert_eq!(count_of(with_count(LOCKED | PARKED, c)), c);
-            assert_eq!(with_count(LOCKED | PARKED, c) & LOCK_MASK, LOCKED | PARKED);
+            assert_eq!(with_count(LOCKED | PARKED, c) & (LOCKED | PARKED), LOCKED | PARKED);
         }
     }
 

@@ -11,16 +11,21 @@
 //!
 //! Transitions: lock is `x -> x | LOCKED` by CAS when `LOCKED` is clear; a
 //! waiter that has spun [`SPIN_LIMIT`] times sets `PARKED` and parks while the
-//! word still reads `LOCKED | PARKED`; unlock swaps the word to `0` and, if
-//! `PARKED` was set, wakes every parked thread (they race again).
+//! word still reads `LOCKED | PARKED`. Unlock is `LOCKED -> 0` by CAS when
+//! nobody is parked; otherwise it wakes one parked thread and, in the same
+//! step under the parking lot's bucket lock, leaves the word at `PARKED` if
+//! others still sleep (so the next unlock wakes the next one) or at `0`
+//! (parking_lot's `unlock_slow`). Waking one, not all, keeps a contended
+//! lock from a stampede of woken threads that mostly park again.
 //!
 //! Orderings: lock's successful CAS is `Acquire`, pairing with unlock's
-//! `Release` swap, so everything the previous holder wrote is visible to the
-//! next. Failed CASes and spinning loads are `Relaxed`: they publish nothing.
+//! `Release` CAS or store, so everything the previous holder wrote is
+//! visible to the next. Failed CASes and spinning loads are `Relaxed`: they
+//! publish nothing.
 
 use core::cell::UnsafeCell;
 
-use super::atomic::{park, spin_hint, unpark_all, AtomicU8, Ordering, SPIN_LIMIT};
+use super::atomic::{park, spin_hint, unpark_one, AtomicU8, Ordering, SPIN_LIMIT};
 
 const LOCKED: u8 = 1;
 const PARKED: u8 = 2;
@@ -67,9 +72,20 @@ impl RawMutex {
     pub unsafe fn unlock(&self) {
         super::audit::shared_writes(1);
         // Release: pairs with the Acquire of the next lock (see module doc).
-        if self.state.swap(0, Ordering::Release) & PARKED != 0 {
-            unpark_all(self.addr());
+        if self.state.compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed).is_err() {
+            self.unlock_slow();
         }
+    }
+
+    /// Unlock with `PARKED` set: wake one waiter.
+    #[cold]
+    fn unlock_slow(&self) {
+        unpark_one(self.addr(), |more| {
+            // Release: as in `unlock`. Only waiters set bits besides ours,
+            // and they do so under the bucket lock this runs under, or
+            // while `LOCKED` is set (which only we clear): a plain store.
+            self.state.store(if more { PARKED } else { 0 }, Ordering::Release);
+        });
     }
 
     pub fn is_locked(&self) -> bool {
