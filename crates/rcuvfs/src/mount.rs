@@ -405,7 +405,8 @@ impl Dcache {
     }
 
     /// Bind-mounts `(src_mnt, src)` on `(mnt, mp)`; with `recursive`, the
-    /// mounts under `src` come along (`copy_tree`).
+    /// mounts under `src` come along (`copy_tree`). The caller holds the
+    /// rename mutex (for `is_ancestor`).
     pub fn do_bind(&self, src_mnt: &Mount, src: &Dentry, mnt: &Mount, mp: &Dentry, recursive: bool) {
         let mut st = self.ns.lock.lock();
         self.ns.seq.write_begin();

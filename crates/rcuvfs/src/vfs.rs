@@ -12,7 +12,7 @@
 //! | lock                    | held over                                              |
 //! |-------------------------|--------------------------------------------------------|
 //! | `Shared::global`        | the whole operation, in the `global` mode only          |
-//! | `Shared::rename_mutex`  | a rename between two directories (`s_vfs_rename_mutex`): the tree's shape above them cannot change while the ancestry checks run |
+//! | `Shared::rename_mutex`  | a rename between two directories (`s_vfs_rename_mutex`), and a mount: the tree's shape cannot change while ancestry checks (`Dcache::is_ancestor`) run |
 //! | `Inode::dir_lock`       | a directory while a name in it is created, removed, renamed, or looked up in the filesystem; a mountpoint while a mount is attached on it (`lock_mount`) |
 //! | `Namespace::lock`       | the mount tree (see `mount`)                            |
 //!
@@ -605,6 +605,15 @@ impl Vfs {
         let _g = self.shared.global();
         self.shared.dc.shrink_all();
         self.shared.dc.rcu.synchronize();
+    }
+
+    /// Checks the dentry cache's structural invariants (the LRU holds only
+    /// live, cached dentries; lists and hash chains are well linked; the
+    /// counters agree with the tree), briefly stopping updates. `Err` names
+    /// the first violation: a bug in rcuvfs, worth a report. For tests and
+    /// debugging; nothing calls it on its own.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.shared.dc.check_invariants()
     }
 
     /// Waits for a grace period: memory that lookups might still have been
@@ -1323,6 +1332,10 @@ impl Vfs {
         if !d.is_dir() {
             return fail(ENOTDIR);
         }
+        // The rename mutex before the directory lock (the lock order): a
+        // recursive bind asks which mounts lie under its source
+        // (`is_ancestor`), which needs the tree's shape to hold still.
+        let _rm = self.shared.rename_mutex.lock();
         let _l = d.inode().expect("positive").dir_lock.lock();
         if !d.is_hashed() && !d.is_root() {
             return fail(ENOENT); // removed since the walk

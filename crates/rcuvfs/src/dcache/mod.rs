@@ -7,34 +7,50 @@
 //!
 //! | lock                     | protects                                                       |
 //! |--------------------------|----------------------------------------------------------------|
-//! | `Dcache::tree_lock`      | every dentry's parent, name, children list and hash membership; the dead transition (the 2.6 `dcache_lock`, taken by updates only) |
+//! | `Dcache::supers`         | the list of live superblocks: no superblock is torn down while a holder walks its tree (`shrink_all`, `invalidate_super`, `Notify`) |
+//! | `Dcache::tree_lock`      | every dentry's parent, name, children list and hash membership; freeing a dead dentry (`kill_locked`) (the 2.6 `dcache_lock`, taken by updates only) |
 //! | `Dcache::rename_lock`    | a seqlock whose write section covers every `d_move`: a reader that misses during a rename retries (seed 003, listing 2) |
 //! | `Bucket::lock`           | a hash chain's links                                            |
-//! | `Dentry::lockref`'s lock (`d_lock`) | the count's transitions to and from zero, the `HASHED` flag, the inode pointer |
+//! | `Dentry::lockref`'s lock (`d_lock`) | the count's transitions to and from zero; the `HASHED` and `ON_LRU` flags; the inode pointer; the dead transition |
 //! | `Dentry::seq` (seqcount) | written inside `d_lock` or `tree_lock` whenever the name, parent, inode or hashed state changes; invalidated when the dentry dies |
-//! | `Dcache::lru`            | the LRU list's links and every dentry's `ON_LRU` flag     |
+//! | `Dcache::lru`            | the LRU list's links (a dentry's `ON_LRU` changes only with both its `d_lock` and this held) |
 //! | `Inode::aliases`         | an inode's list of the dentries that name it (a leaf)     |
 //!
-//! Order: `Dcache::supers` (the superblock list; held by the shrinker's
-//! full pass and by `Notify` calls, so that no superblock dies under them),
-//! then `tree_lock`, then `rename_lock`, then a dentry's `d_lock` (a
-//! parent's before its child's), then a bucket lock, then the inode table.
-//! `lru` is a leaf: taken alone (by `dput`) or under `tree_lock` (by the
-//! shrinker and by kills), never while holding a `d_lock` or a bucket lock.
-//! Directory locks (`Inode::dir_lock`) come before all of these.
+//! Order: `supers`, then `tree_lock`, then `rename_lock`, then a dentry's
+//! `d_lock` (a parent's before its child's), then a bucket lock or the
+//! `lru` lock, then the inode table. The shrinker walks the LRU under its
+//! lock and only *tries* each dentry's `d_lock` (Linux's
+//! `dentry_lru_isolate`), rotating a busy one, so it never waits against
+//! this order. Directory locks (`Inode::dir_lock`) come before all of these;
+//! a filesystem's own locks come after all of them (see `fs::Notify`).
 //!
 //! # Dentry states (seed 003, figure 6)
 //!
 //! | state    | `HASHED` | inode | count   | meaning                                         |
 //! |----------|----------|-------|---------|-------------------------------------------------|
 //! | in use   | yes      | any   | > 0     | a walk, handle or child holds it                |
-//! | unused   | yes      | some  | 0       | cached; the shrinker may kill it                |
+//! | unused   | yes      | some  | 0       | cached, on the LRU; the shrinker may kill it    |
 //! | negative | yes      | none  | >= 0    | a cached miss                                   |
 //! | unhashed | no       | any   | > 0     | removed or replaced while held; killed at its last put |
-//! | dead     | no       | -     | `DEAD`  | unlinked from the tree, freed after a grace period |
+//! | dead     | no       | -     | `DEAD`  | off the hash and the LRU; unlinked from the tree and freed after a grace period |
 //!
 //! A dentry holds a reference on its parent, so the parent chain of any live
 //! dentry is live, and every live dentry is on its parent's children list.
+//!
+//! # Who may touch a dentry when (the last reference against its killers)
+//!
+//! A dentry's memory stays valid while one holds a reference, or its
+//! `d_lock`, or `tree_lock` while it is in the tree, or an RCU read section
+//! that began before it was unhashed. Killers (the shrinker, `drop_caches`'
+//! tree shrink, `d_invalidate` of a name renamed over, unlinked or reported
+//! changed by a backend, a `dput` of an unhashed dentry) all mark it dead in
+//! `unhash_and_mark_dead`, under its `d_lock` with its count at zero, and
+//! only there; dead implies off the hash and off the LRU, so nothing finds
+//! it again. Then `kill_locked`, under `tree_lock`, frees it through RCU.
+//! The last `dput` decides a dentry's fate under `d_lock` too; its one
+//! lockless step, the decrement to zero (Linux's `fast_dput`), runs inside
+//! an RCU read section and stops there only if there is nothing to decide.
+//! The loom models `loom_dput_vs_*` check this against each killer.
 //!
 //! # Readers
 //!
@@ -58,7 +74,7 @@ use crate::fs::FileSystem;
 use crate::inode::{Inode, Super};
 use crate::mount::Namespace;
 use crate::sync::list_batch::ListMode;
-use crate::sync::{Lockref, Mutex, Rcu, RcuGuard, SeqCount, SeqLock};
+use crate::sync::{Lockref, LockrefGuard, Mutex, Rcu, RcuGuard, SeqCount, SeqLock};
 
 /// Live-object counters of one `Vfs`, kept past its end so that tests can
 /// check that teardown freed everything. Updated on allocation and free
@@ -175,6 +191,11 @@ pub(crate) struct Dentry {
     /// Explicit (atomic) tail, so the struct has no implicit padding: see
     /// `_pad` (Miri caught the tail padding too).
     _tail: [std::sync::atomic::AtomicU64; 2],
+    /// Set by the loom RCU stand-in once the grace period that began at
+    /// this dentry's kill has ended, when the real build may free it: every
+    /// touch checks it (`check_live`).
+    #[cfg(loom)]
+    pub(crate) freed: loom::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the atomics are shared freely; `tree` is touched only under
@@ -188,9 +209,21 @@ const _: () =
     assert!(std::mem::offset_of!(Dentry, lockref_split) == 64 && std::mem::offset_of!(Dentry, lockref_packed) < 64);
 
 impl Dentry {
+    /// Under loom: panics if this dentry's memory could already have been
+    /// freed (a grace period has passed since its kill). Nothing otherwise.
+    #[inline(always)]
+    pub(crate) fn check_live(&self) {
+        #[cfg(loom)]
+        assert!(
+            !self.freed.load(loom::sync::atomic::Ordering::SeqCst),
+            "a dentry touched after the grace period that followed its kill (a use after free)"
+        );
+    }
+
     /// The reference count and `d_lock`, in the slot of this dentry's layout.
     #[inline(always)]
     pub fn lockref(&self) -> &Lockref {
+        self.check_live();
         if self.flags.load(Ordering::Relaxed) & PACKED != 0 {
             &self.lockref_packed
         } else {
@@ -267,6 +300,7 @@ impl Dentry {
 /// dentry stores nothing.
 #[inline]
 pub(crate) fn mark_referenced(d: &Dentry) {
+    d.check_live();
     if d.flags.load(Ordering::Relaxed) & REFERENCED == 0 {
         d.flags.fetch_or(REFERENCED, Ordering::Relaxed);
         crate::sync::audit::shared_writes(1);
@@ -472,6 +506,8 @@ impl Dcache {
             }),
             lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
             _tail: [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)],
+            #[cfg(loom)]
+            freed: loom::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -671,23 +707,24 @@ impl Dcache {
         }
     }
 
-    /// Notes that `d`'s count just reached zero while hashed: it goes on the
-    /// LRU (referenced), or, already there, is marked referenced.
-    fn lru_add(&self, d: &Dentry) {
+    /// Notes that `d`'s count just reached zero while hashed (`d_lru_add`):
+    /// it goes on the LRU (referenced), or, already there, is marked
+    /// referenced. The caller holds `d`'s `d_lock` (`_g`), under which alone
+    /// `ON_LRU` changes, and `d` is not dead.
+    fn lru_add_locked(&self, d: &Dentry, _g: &LockrefGuard<'_>) {
+        d.check_live();
         let f = d.flags.load(Ordering::Relaxed);
         if f & ROOT != 0 {
             return;
         }
         if f & ON_LRU == 0 {
             let mut lru = self.lru.lock();
-            if d.flags.load(Ordering::Relaxed) & ON_LRU == 0 {
-                d.flags.fetch_or(ON_LRU | REFERENCED, Ordering::Relaxed);
-                crate::sync::audit::shared_writes(1);
-                // SAFETY: the lru lock is held; `d` is live (its count just
-                // dropped, and only killers unlink it, under this lock) and
-                // off the list.
-                unsafe { Self::lru_append(&mut lru, d) };
-            }
+            d.flags.fetch_or(ON_LRU | REFERENCED, Ordering::Relaxed);
+            crate::sync::audit::shared_writes(1);
+            // SAFETY: the lru lock is held; `d` is live (we hold its d_lock
+            // and it is not dead) and off the list (`ON_LRU` clear, which
+            // cannot change without its d_lock).
+            unsafe { Self::lru_append(&mut lru, d) };
         } else {
             mark_referenced(d);
         }
@@ -698,6 +735,7 @@ impl Dcache {
     /// # Safety
     /// `d` is live and not on the list.
     unsafe fn lru_append(lru: &mut Lru, d: &Dentry) {
+        d.check_live();
         // SAFETY: the lru lock is held (caller); members are live.
         unsafe {
             let l = &mut *d.lru.get();
@@ -711,7 +749,19 @@ impl Dcache {
         lru.tail = d;
     }
 
-    /// Takes `d` off the LRU. The caller holds the lru lock.
+    /// Takes `d` off the LRU for good (`d_lru_del`): unlinks it and clears
+    /// `ON_LRU`. The caller holds the lru lock and `d`'s `d_lock`.
+    ///
+    /// # Safety
+    /// `d` is on the list.
+    unsafe fn lru_remove(lru: &mut Lru, d: &Dentry) {
+        // SAFETY: the caller's contract.
+        unsafe { Self::lru_unlink(lru, d) };
+        d.flags.fetch_and(!ON_LRU, Ordering::Relaxed);
+    }
+
+    /// Unlinks `d` from the LRU, leaving `ON_LRU` alone (a rotation relinks
+    /// it at once). The caller holds the lru lock.
     ///
     /// # Safety
     /// `d` is on the list.
@@ -730,13 +780,41 @@ impl Dcache {
             l.prev = ptr::null();
             l.next = ptr::null();
         }
-        d.flags.fetch_and(!ON_LRU, Ordering::Relaxed);
+    }
+
+    /// Kills `d` in the sense of `lockref_mark_dead`, with its `d_lock`
+    /// held (`g`) and its count zero (or the caller's last reference): it
+    /// leaves the hash (and every RCU reader's validation fails from here),
+    /// leaves the LRU, and is marked dead, so that no lookup can take it
+    /// again and no `dput` touches its LRU state. Unlocks. The caller must
+    /// then free it with `kill_locked` under `tree_lock`. Every kill goes
+    /// through here, so that "dead" always means "off the hash and off the
+    /// LRU".
+    fn unhash_and_mark_dead(&self, d: &Dentry, mut g: LockrefGuard<'_>) {
+        if d.flags.load(Ordering::Relaxed) & HASHED != 0 {
+            self.hash_remove(d, d.name().hash);
+            d.flags.fetch_and(!HASHED, Ordering::Relaxed);
+            crate::sync::audit::shared_writes(1);
+        }
+        d.seq.invalidate();
+        if d.flags.load(Ordering::Relaxed) & ON_LRU != 0 {
+            let mut lru = self.lru.lock();
+            // SAFETY: on the list (`ON_LRU`, stable under d_lock); both
+            // locks held.
+            unsafe { Self::lru_remove(&mut lru, d) };
+        }
+        g.mark_dead();
     }
 
     /// The shrinker (`prune_dcache`): frees up to `want` unused dentries
     /// (only negative ones if `negatives_only`), giving each referenced one
     /// a second chance: its bit is cleared and it goes to the back; on the
     /// next pass it is freed. Holds `tree_lock` (lookups do not take it).
+    ///
+    /// It walks the list under the lru lock and only *tries* each dentry's
+    /// `d_lock` (Linux's `dentry_lru_isolate`): the order is `d_lock` before
+    /// the lru lock, so waiting here could deadlock with a `dput` that holds
+    /// one and wants the other. A busy dentry is rotated to the back.
     pub fn shrink(&self, want: usize, negatives_only: bool) {
         let _t = self.tree_lock.lock();
         let mut freed = 0;
@@ -747,47 +825,51 @@ impl Dcache {
         let mut budget = if negatives_only { self.counters.dentries().max(0) as usize + 16 } else { 2 * want + 16 };
         while freed < want && budget > 0 {
             budget -= 1;
-            let victim = {
+            let (victim, g) = {
                 let mut lru = self.lru.lock();
-                // SAFETY: members of the list are live (killers unlink them
-                // under this lock before retiring them).
+                // SAFETY: members of the list are live: a dentry leaves the
+                // list, under this lock, before it is marked dead.
                 let Some(d) = (unsafe { lru.head.as_ref() }) else { break };
+                let Some(g) = d.lockref().try_lock() else {
+                    // SAFETY: `d` is on the list; lock held. Rotating keeps
+                    // `ON_LRU` as it is.
+                    unsafe {
+                        Self::lru_unlink(&mut lru, d);
+                        Self::lru_append(&mut lru, d);
+                    }
+                    continue;
+                };
                 let f = d.flags.load(Ordering::Relaxed);
-                // SAFETY: `d` is on the list; lock held.
-                unsafe { Self::lru_unlink(&mut lru, d) };
-                if d.lockref().count_hint() != 0 {
-                    continue; // in use: off the list until its count drops
+                if g.count() != 0 {
+                    // In use: off the list until its count drops again.
+                    // SAFETY: on the list; both locks held.
+                    unsafe { Self::lru_remove(&mut lru, d) };
+                    continue;
                 }
                 let positive = !d.inode.load(Ordering::Relaxed).is_null();
-                let back = (negatives_only && positive) || f & REFERENCED != 0;
-                if back {
+                if (negatives_only && positive) || f & REFERENCED != 0 {
                     if !(negatives_only && positive) {
                         // Spend the second chance (a pass for negatives
                         // only does not judge positives).
                         d.flags.fetch_and(!REFERENCED, Ordering::Relaxed);
                     }
-                    // Re-append (second chance, or not a negative).
-                    d.flags.fetch_or(ON_LRU, Ordering::Relaxed);
-                    // SAFETY: lock held; `d` is live and off the list.
-                    unsafe { Self::lru_append(&mut lru, d) };
+                    // SAFETY: on the list; lock held.
+                    unsafe {
+                        Self::lru_unlink(&mut lru, d);
+                        Self::lru_append(&mut lru, d);
+                    }
                     continue;
                 }
-                d
+                // SAFETY: on the list; both locks held.
+                unsafe { Self::lru_remove(&mut lru, d) };
+                (d, g)
             };
-            // Free it, if still unused, hashed and childless. No other
-            // thread can kill a hashed dentry without tree_lock, which we
-            // hold, so `victim` is still live.
-            let mut g = victim.lockref().lock();
-            // SAFETY: tree_lock held.
-            let childless = unsafe { victim.links().first_child.is_null() };
-            if g.count() != 0 || victim.flags.load(Ordering::Relaxed) & HASHED == 0 || !childless {
-                continue;
-            }
-            self.hash_remove(victim, victim.name().hash);
-            victim.flags.fetch_and(!HASHED, Ordering::Relaxed);
-            victim.seq.invalidate();
-            g.mark_dead();
-            drop(g);
+            // Unused, so hashed (an unhashed dentry is killed when its count
+            // reaches zero) and childless (children hold references).
+            debug_assert!(victim.is_hashed());
+            // SAFETY: tree_lock is held.
+            debug_assert!(unsafe { victim.links().first_child.is_null() });
+            self.unhash_and_mark_dead(victim, g);
             // SAFETY: tree_lock held; dead and unhashed.
             unsafe { self.kill_locked(victim) };
             freed += 1;
@@ -933,20 +1015,21 @@ impl Dcache {
     /// # Safety
     /// The caller holds `tree_lock`.
     unsafe fn d_drop_locked(&self, d: &Dentry) {
-        let mut g = d.lockref().lock();
+        let g = d.lockref().lock();
         if d.flags.load(Ordering::Relaxed) & HASHED == 0 {
             return;
         }
+        if g.count() == 0 {
+            self.unhash_and_mark_dead(d, g);
+            // SAFETY: tree_lock is held; `d` is dead and unhashed.
+            unsafe { self.kill_locked(d) };
+            return;
+        }
+        // In use: unhashed now, killed by its last `dput`.
         self.hash_remove(d, d.name().hash);
         d.flags.fetch_and(!HASHED, Ordering::Relaxed);
         crate::sync::audit::shared_writes(1);
         d.seq.invalidate();
-        if g.count() == 0 {
-            g.mark_dead();
-            drop(g);
-            // SAFETY: tree_lock is held; `d` is dead and unhashed.
-            unsafe { self.kill_locked(d) };
-        }
     }
 
     /// Frees a dead dentry (`dentry_kill`): off its parent's children list,
@@ -960,13 +1043,7 @@ impl Dcache {
         loop {
             // SAFETY: `d` is dead but not yet retired.
             let dr = unsafe { &*d };
-            if dr.flags.load(Ordering::Relaxed) & ON_LRU != 0 {
-                let mut lru = self.lru.lock();
-                if dr.flags.load(Ordering::Relaxed) & ON_LRU != 0 {
-                    // SAFETY: on the list; lock held.
-                    unsafe { Self::lru_unlink(&mut lru, dr) };
-                }
-            }
+            debug_assert!(dr.flags.load(Ordering::Relaxed) & ON_LRU == 0, "marked dead while on the LRU");
             let parent = dr.parent.load(Ordering::Relaxed);
             // SAFETY: tree_lock is held.
             unsafe { self.unlink_child(&*parent, dr) };
@@ -978,6 +1055,8 @@ impl Dcache {
                 unsafe { self.iput(inode) };
             }
             let name = dr.name.load(Ordering::Relaxed);
+            #[cfg(loom)]
+            self.rcu.poison_after_grace_period(&dr.freed);
             // SAFETY: unhashed and off the tree: only RCU readers that found
             // it earlier can see it, and they are waited out.
             unsafe {
@@ -996,55 +1075,87 @@ impl Dcache {
     /// Drops a reference through `put_or_lock`: not the last one, or the
     /// last one of a hashed dentry (which stays cached, unused, on the LRU),
     /// returns `false`. The last one of an unhashed dentry marks it dead and
-    /// returns `true`: the caller must kill it under `tree_lock`.
+    /// returns `true`: the caller must kill it under `tree_lock`. No window:
+    /// the last reference is given up only under `d_lock`.
     fn put_or_mark_dead(&self, d: &Dentry) -> bool {
-        let Some(mut g) = d.lockref().put_or_lock() else { return false };
+        match d.lockref().put_or_lock() {
+            None => false,
+            Some(g) => self.retain_or_mark_dead(d, g),
+        }
+    }
+
+    /// The last reference's fate (`retain_dentry`), decided under `d_lock`
+    /// (`g`) with the count at one: a hashed dentry stays cached at count
+    /// zero, on the LRU; an unhashed one is marked dead, and `true` tells
+    /// the caller to kill it under `tree_lock`.
+    fn retain_or_mark_dead(&self, d: &Dentry, mut g: LockrefGuard<'_>) -> bool {
+        debug_assert_eq!(g.count(), 1);
         if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
-            g.set_count(g.count() - 1);
-            drop(g);
-            self.lru_add(d);
+            g.set_count(0);
+            self.lru_add_locked(d, &g);
             return false;
         }
-        g.mark_dead();
+        self.unhash_and_mark_dead(d, g);
         true
     }
 
     /// Drops a reference (`dput`). The last reference to a hashed dentry
-    /// leaves it cached and unused; to an unhashed one, kills it.
+    /// leaves it cached and unused, on the LRU; to an unhashed one, kills it.
     ///
-    /// Fast path (Linux's `fast_dput`): one lockless decrement, to zero
-    /// included. A hashed dentry at zero is simply unused; only an unhashed
-    /// one needs the lock, to kill it unless `d_drop` (which checks the count
-    /// under `d_lock` after clearing `HASHED`) already did.
+    /// Not the last reference: one lockless decrement. The last one is
+    /// Linux's `fast_dput`: from the instant the count reads zero, a killer
+    /// (the shrinker, `drop_caches`, the invalidation of a name renamed
+    /// over) may mark the dentry dead and retire it, so everything after
+    /// the decrement runs inside an RCU read section, which keeps the
+    /// memory until we are done, and decides under `d_lock`. The lockless
+    /// decrement to zero stands alone only when there is nothing to decide:
+    /// the dentry is hashed, on the LRU and already referenced (a killer
+    /// then finds it on the LRU and takes it off itself).
     #[inline]
     pub fn dput(&self, d: &Dentry) {
-        match d.lockref().put_return() {
-            Some(n) if n > 0 => {}
-            Some(_) => {
-                // Acquire: if the decrement read the word an unlock by
-                // `d_drop` released, its `HASHED` clear is visible below.
-                crate::sync::atomic::fence(Ordering::Acquire);
-                if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
-                    self.lru_add(d);
-                    return;
-                }
-                let mut g = d.lockref().lock();
-                if g.count() != 0 || d.flags.load(Ordering::Relaxed) & HASHED != 0 {
-                    return; // revived, or killed by d_drop already (DEAD)
-                }
-                g.mark_dead();
-                drop(g);
+        if self.lock_only {
+            // `dlock`: every change takes d_lock anyway, so the last
+            // reference is given up under it, with no window to cover.
+            if self.put_or_mark_dead(d) {
                 let _t = self.tree_lock.lock();
                 // SAFETY: tree_lock held; dead and unhashed.
                 unsafe { self.kill_locked(d) };
             }
-            None => self.dput_slow(d),
+        } else if !d.lockref().put_not_last() {
+            self.dput_last(d);
         }
     }
 
-    #[cold]
-    fn dput_slow(&self, d: &Dentry) {
-        if self.put_or_mark_dead(d) {
+    #[inline(never)]
+    fn dput_last(&self, d: &Dentry) {
+        let _rcu = self.rcu.read_lock();
+        let g = match d.lockref().put_return() {
+            Some(n) if n > 0 => return,
+            Some(_) => {
+                crate::sync::atomic::preemption_point();
+                // Acquire: if the decrement read a word that an unlock
+                // released (a `d_drop` that cleared `HASHED`, a shrinker
+                // that cleared `REFERENCED`), those stores are visible below.
+                crate::sync::atomic::fence(Ordering::Acquire);
+                const CACHED: u32 = HASHED | ON_LRU | REFERENCED;
+                if d.flags.load(Ordering::Relaxed) & CACHED == CACHED {
+                    return;
+                }
+                let mut g = d.lockref().lock();
+                if g.count() != 0 {
+                    return; // revived, or already killed (DEAD)
+                }
+                // Ours again, to decide like any last reference.
+                g.set_count(1);
+                g
+            }
+            // The lock was held, or lost races: the locked path.
+            None => match d.lockref().put_or_lock() {
+                None => return,
+                Some(g) => g,
+            },
+        };
+        if self.retain_or_mark_dead(d, g) {
             let _t = self.tree_lock.lock();
             // SAFETY: tree_lock held; dead and unhashed.
             unsafe { self.kill_locked(d) };
@@ -1088,8 +1199,14 @@ impl Dcache {
     /// # Safety
     /// The caller holds `tree_lock` and the rename lock's write section.
     unsafe fn rehash(&self, d: &Dentry, parent: &Dentry, name: &[u8]) {
-        let g = d.lockref().lock();
+        // The new parent's reference first: a get may take the parent's
+        // d_lock, which comes before the child's.
         let old_parent = d.parent.load(Ordering::Relaxed);
+        let moves = !ptr::eq(old_parent, parent);
+        if moves {
+            parent.lockref().get();
+        }
+        let g = d.lockref().lock();
         let old_name = d.name.load(Ordering::Relaxed);
         let hashed = d.flags.load(Ordering::Relaxed) & HASHED != 0;
         if hashed {
@@ -1100,8 +1217,7 @@ impl Dcache {
         d.seq.write_begin();
         let new_name = Box::into_raw(Box::new(Name { hash, bytes: name.into() }));
         d.name.store(new_name, Ordering::Release);
-        if !ptr::eq(old_parent, parent) {
-            parent.lockref().get();
+        if moves {
             // SAFETY: tree_lock is held.
             unsafe {
                 self.unlink_child(&*old_parent, d);
@@ -1117,7 +1233,7 @@ impl Dcache {
         // SAFETY: no longer reachable from the dentry; readers that loaded
         // it are waited out.
         unsafe { self.rcu.retire_box(old_name) };
-        if !ptr::eq(old_parent, parent) {
+        if moves {
             // SAFETY: tree_lock held; `d` held the reference we drop.
             unsafe { self.dput_locked(&*old_parent) };
         }
@@ -1204,6 +1320,94 @@ impl Dcache {
             // SAFETY: tree_lock is held; the root is live (above).
             unsafe { self.shrink_tree_locked(root as *const Dentry) };
         }
+    }
+
+    /// Checks the cache's structural invariants, stopping updates while it
+    /// runs (the superblock list, `tree_lock`, then the lru lock): every
+    /// dentry on the LRU is live, flagged `ON_LRU`, and in some superblock's
+    /// tree; the list's links agree both ways; a dead dentry still in the
+    /// tree (its last holder waits for `tree_lock` to free it) is unhashed
+    /// and off the LRU; every hashed dentry is found in its hash chain; the
+    /// live-dentry counter equals the tree's size. Returns the first
+    /// violation found. A debugging aid for tests and bug reports.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        use crate::sync::lockref::DEAD;
+        let supers = self.supers.lock();
+        let _t = self.tree_lock.lock();
+        let mut tree = std::collections::HashSet::new();
+        for &sb in supers.iter() {
+            // SAFETY: superblocks on the list are live, and their roots.
+            let root = unsafe { (*(sb as *const Super)).root.load(std::sync::atomic::Ordering::Relaxed) };
+            let mut stack = vec![root as *const Dentry];
+            while let Some(x) = stack.pop() {
+                tree.insert(x as usize);
+                // SAFETY: tree members are live while tree_lock is held
+                // (they are freed only by `kill_locked`, under it).
+                let d = unsafe { &*x };
+                let f = d.flags.load(Ordering::Relaxed);
+                if d.lockref().count_hint() == DEAD && f & (HASHED | ON_LRU) != 0 {
+                    return Err(format!("dead dentry {x:p} still hashed or on the LRU (flags {f:#x})"));
+                }
+                if f & HASHED != 0 && f & ROOT == 0 {
+                    let name = d.name();
+                    let mut p = self.bucket(name.hash).head.load(Ordering::Acquire);
+                    while !p.is_null() && !ptr::eq(p, d) {
+                        // SAFETY: chain members are live (tree_lock held).
+                        p = unsafe { (*p).next.load(Ordering::Acquire) };
+                    }
+                    if p.is_null() {
+                        return Err(format!("hashed dentry {x:p} missing from its hash chain"));
+                    }
+                }
+                // SAFETY: tree_lock held.
+                let mut c = unsafe { d.links().first_child };
+                while !c.is_null() {
+                    // SAFETY: as above.
+                    if !ptr::eq(unsafe { (*c).parent.load(Ordering::Relaxed) }, d) {
+                        return Err(format!("dentry {c:p} on the children list of {x:p}, not its parent"));
+                    }
+                    stack.push(c);
+                    // SAFETY: as above.
+                    c = unsafe { (*c).links().next_sibling };
+                }
+            }
+        }
+        if self.counters.dentries() != tree.len() as i64 {
+            return Err(format!(
+                "the counter says {} dentries, the tree holds {}",
+                self.counters.dentries(),
+                tree.len()
+            ));
+        }
+        let lru = self.lru.lock();
+        let mut prev: *const Dentry = ptr::null();
+        let mut p = lru.head;
+        let mut n = 0;
+        while !p.is_null() {
+            if !tree.contains(&(p as usize)) {
+                return Err(format!("dentry {p:p} on the LRU is not in any tree (killed, or freed)"));
+            }
+            // SAFETY: in the tree, hence live (above).
+            let d = unsafe { &*p };
+            if d.flags.load(Ordering::Relaxed) & ON_LRU == 0 || d.lockref().count_hint() == DEAD {
+                return Err(format!("dentry {p:p} on the LRU is dead or not flagged ON_LRU"));
+            }
+            // SAFETY: the lru lock is held.
+            let l = unsafe { &*d.lru.get() };
+            if !ptr::eq(l.prev, prev) {
+                return Err(format!("broken LRU back link at {p:p}"));
+            }
+            n += 1;
+            if n > tree.len() {
+                return Err("the LRU has a cycle".into());
+            }
+            prev = p;
+            p = l.next;
+        }
+        if !ptr::eq(lru.tail, prev) {
+            return Err("broken LRU tail".into());
+        }
+        Ok(())
     }
 
     /// Runs `f` on the live superblock serving `fs`, if any, with the
@@ -1314,18 +1518,11 @@ impl Dcache {
                 // SAFETY: live: only this thread kills (tree_lock held), and
                 // a count of zero means no child reference either.
                 let d = unsafe { &*v };
-                let mut g = d.lockref().lock();
+                let g = d.lockref().lock();
                 if g.count() != 0 {
-                    continue;
+                    continue; // revived, or being killed by its last holder
                 }
-                if d.flags.load(Ordering::Relaxed) & HASHED != 0 {
-                    self.hash_remove(d, d.name().hash);
-                    d.flags.fetch_and(!HASHED, Ordering::Relaxed);
-                    crate::sync::audit::shared_writes(1);
-                }
-                d.seq.invalidate();
-                g.mark_dead();
-                drop(g);
+                self.unhash_and_mark_dead(d, g);
                 // SAFETY: tree_lock held; dead and unhashed.
                 unsafe { self.kill_locked(d) };
                 killed += 1;

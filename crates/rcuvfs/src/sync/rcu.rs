@@ -22,10 +22,20 @@
 //! `Rcu` is dropped: trivially safe (nothing is freed while anything may
 //! read it), visible to both tools (a mutex), and it lets them check the
 //! protocols above the facade unchanged.
+//!
+//! Under loom the stand-in also keeps real grace periods, for checking:
+//! it tracks every read section, and [`Rcu::poison_after_grace_period`]
+//! sets a flag once every section that was active when it was called has
+//! ended, the moment the real facade could free the object. A model that
+//! asserts the flag is clear wherever it touches an object then catches a
+//! touch after the object's grace period (a use after free in the real
+//! build) as a failed assertion, not as undefined behaviour.
 
 #[cfg(not(any(loom, feature = "tsan")))]
 use seize::{Collector, Guard as _};
 
+#[cfg(loom)]
+use loom::sync::atomic::AtomicBool as LoomBool;
 #[cfg(loom)]
 use loom::sync::Mutex as DeferMutex;
 #[cfg(all(not(loom), feature = "tsan"))]
@@ -38,7 +48,27 @@ pub struct Rcu {
     collector: Collector,
     #[cfg(any(loom, feature = "tsan"))]
     deferred: DeferMutex<Vec<Callback>>,
+    #[cfg(loom)]
+    grace: DeferMutex<Grace>,
 }
+
+/// The loom stand-in's grace-period bookkeeping.
+#[cfg(loom)]
+#[derive(Default)]
+struct Grace {
+    /// Read sections in progress: (thread, section id, nesting depth).
+    active: Vec<(loom::thread::ThreadId, u64, u32)>,
+    next_section: u64,
+    /// Flags to set once the listed sections (active when the flag was
+    /// handed over) have all ended. The pointers stay valid: the stand-in
+    /// frees nothing before the `Rcu` itself is dropped.
+    pending: Vec<(Vec<u64>, *const LoomBool)>,
+}
+
+// SAFETY: the flag pointers are only dereferenced under the stand-in's
+// mutex, and the flags stay allocated as long as the `Rcu` (see above).
+#[cfg(loom)]
+unsafe impl Send for Grace {}
 
 type Callback = Box<dyn FnOnce() + Send>;
 
@@ -47,8 +77,19 @@ type Callback = Box<dyn FnOnce() + Send>;
 pub struct RcuGuard<'a> {
     #[cfg(not(any(loom, feature = "tsan")))]
     _guard: seize::LocalGuard<'a>,
-    #[cfg(any(loom, feature = "tsan"))]
+    #[cfg(all(not(loom), feature = "tsan"))]
     _rcu: core::marker::PhantomData<(&'a Rcu, *const ())>,
+    #[cfg(loom)]
+    rcu: &'a Rcu,
+    #[cfg(loom)]
+    _not_send: core::marker::PhantomData<*const ()>,
+}
+
+#[cfg(loom)]
+impl Drop for RcuGuard<'_> {
+    fn drop(&mut self) {
+        self.rcu.read_unlock();
+    }
 }
 
 impl Default for Rcu {
@@ -64,17 +105,72 @@ impl Rcu {
             collector: Collector::new(),
             #[cfg(any(loom, feature = "tsan"))]
             deferred: DeferMutex::new(Vec::new()),
+            #[cfg(loom)]
+            grace: DeferMutex::new(Grace::default()),
         }
     }
 
     /// Enters a read-side critical section (`rcu_read_lock`). Reentrant.
     #[inline]
     pub fn read_lock(&self) -> RcuGuard<'_> {
+        #[cfg(loom)]
+        {
+            let me = loom::thread::current().id();
+            let mut g = self.grace.lock().unwrap();
+            match g.active.iter_mut().find(|(t, _, _)| *t == me) {
+                Some(a) => a.2 += 1,
+                None => {
+                    let id = g.next_section;
+                    g.next_section += 1;
+                    g.active.push((me, id, 1));
+                }
+            }
+        }
         RcuGuard {
             #[cfg(not(any(loom, feature = "tsan")))]
             _guard: self.collector.enter(),
-            #[cfg(any(loom, feature = "tsan"))]
+            #[cfg(all(not(loom), feature = "tsan"))]
             _rcu: core::marker::PhantomData,
+            #[cfg(loom)]
+            rcu: self,
+            #[cfg(loom)]
+            _not_send: core::marker::PhantomData,
+        }
+    }
+
+    /// Ends this thread's outermost read section (loom stand-in): flags
+    /// whose grace period it completes are set.
+    #[cfg(loom)]
+    fn read_unlock(&self) {
+        let me = loom::thread::current().id();
+        let mut g = self.grace.lock().unwrap();
+        let k = g.active.iter().position(|(t, _, _)| *t == me).expect("a section in progress");
+        g.active[k].2 -= 1;
+        if g.active[k].2 > 0 {
+            return;
+        }
+        let (_, id, _) = g.active.swap_remove(k);
+        g.pending.retain_mut(|(waits, flag)| {
+            waits.retain(|&w| w != id);
+            if waits.is_empty() {
+                // SAFETY: the stand-in frees nothing before the `Rcu` is
+                // dropped, so the flag is still allocated.
+                unsafe { (**flag).store(true, loom::sync::atomic::Ordering::SeqCst) };
+            }
+            !waits.is_empty()
+        });
+    }
+
+    /// Sets `flag` once every read section in progress now has ended: at
+    /// once if none is (loom stand-in; see the module doc).
+    #[cfg(loom)]
+    pub fn poison_after_grace_period(&self, flag: &LoomBool) {
+        let mut g = self.grace.lock().unwrap();
+        let waits: Vec<u64> = g.active.iter().map(|&(_, id, _)| id).collect();
+        if waits.is_empty() {
+            flag.store(true, loom::sync::atomic::Ordering::SeqCst);
+        } else {
+            g.pending.push((waits, flag));
         }
     }
 
