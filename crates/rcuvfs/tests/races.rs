@@ -1,0 +1,329 @@
+//! Last references racing the code that kills dentries (issue 15): handles
+//! taken and dropped to zero (`entry`, FUSE-style `lookup_at` + forget,
+//! `open` + close) while another thread drops caches, renames over the
+//! same names, unlinks and recreates them, sends `Notify` invalidations, or
+//! runs the shrinker through a tiny `dcache_target`; in every reference
+//! mode. Before the fix these crashed, corrupted the heap or hung within
+//! seconds. Each also counts wrong answers: a name that exists for the
+//! whole call reported missing, or a read that returns bytes nobody wrote.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::scaled;
+use rcuvfs::fs::memfs::MemFs;
+use rcuvfs::fs::{Attr, DirEntry, FileSystem, FileType, Ino, Notify, Owner, RenameFlags, SetAttr, StatFs, WritePos};
+use rcuvfs::{OpenOptions, RefMode, Vfs};
+
+/// Names each test works on, all in one directory.
+const NAMES: usize = 64;
+/// Threads taking and dropping handles.
+const HOLDERS: usize = 6;
+
+/// memfs with a handle on the `Notify` the VFS gives it, so that a test can
+/// send invalidations as a backend whose truth changes elsewhere would.
+struct Notifying {
+    fs: MemFs,
+    notify: OnceLock<Arc<dyn Notify>>,
+}
+
+impl FileSystem for Notifying {
+    fn root(&self) -> Ino {
+        self.fs.root()
+    }
+    fn lookup(&self, p: Ino, n: &[u8]) -> std::io::Result<Attr> {
+        self.fs.lookup(p, n)
+    }
+    fn forget(&self, i: Ino, n: u64) {
+        self.fs.forget(i, n)
+    }
+    fn getattr(&self, i: Ino) -> std::io::Result<Attr> {
+        self.fs.getattr(i)
+    }
+    fn setattr(&self, i: Ino, s: &SetAttr) -> std::io::Result<Attr> {
+        self.fs.setattr(i, s)
+    }
+    fn create(&self, p: Ino, n: &[u8], perm: u32, o: Owner) -> std::io::Result<Attr> {
+        self.fs.create(p, n, perm, o)
+    }
+    fn mkdir(&self, p: Ino, n: &[u8], perm: u32, o: Owner) -> std::io::Result<Attr> {
+        self.fs.mkdir(p, n, perm, o)
+    }
+    fn mknod(&self, p: Ino, n: &[u8], k: FileType, perm: u32, r: u64, o: Owner) -> std::io::Result<Attr> {
+        self.fs.mknod(p, n, k, perm, r, o)
+    }
+    fn symlink(&self, p: Ino, n: &[u8], t: &[u8], o: Owner) -> std::io::Result<Attr> {
+        self.fs.symlink(p, n, t, o)
+    }
+    fn link(&self, i: Ino, p: Ino, n: &[u8]) -> std::io::Result<Attr> {
+        self.fs.link(i, p, n)
+    }
+    fn unlink(&self, p: Ino, n: &[u8]) -> std::io::Result<()> {
+        self.fs.unlink(p, n)
+    }
+    fn rmdir(&self, p: Ino, n: &[u8]) -> std::io::Result<()> {
+        self.fs.rmdir(p, n)
+    }
+    fn rename(&self, p: Ino, n: &[u8], np: Ino, nn: &[u8], f: RenameFlags) -> std::io::Result<()> {
+        self.fs.rename(p, n, np, nn, f)
+    }
+    fn readlink(&self, i: Ino) -> std::io::Result<Vec<u8>> {
+        self.fs.readlink(i)
+    }
+    fn readdir(&self, i: Ino, o: u64) -> std::io::Result<Vec<DirEntry>> {
+        self.fs.readdir(i, o)
+    }
+    fn read(&self, i: Ino, o: u64, b: &mut [u8]) -> std::io::Result<usize> {
+        self.fs.read(i, o, b)
+    }
+    fn write(&self, i: Ino, p: WritePos, d: &[u8]) -> std::io::Result<u64> {
+        self.fs.write(i, p, d)
+    }
+    fn statfs(&self) -> std::io::Result<StatFs> {
+        self.fs.statfs()
+    }
+    fn page_cache(&self, i: Ino) -> Option<Arc<rcuvfs::filemap::PageCache>> {
+        self.fs.page_cache(i)
+    }
+    fn note_access(&self, i: Ino) {
+        self.fs.note_access(i)
+    }
+    fn note_modify(&self, i: Ino) {
+        self.fs.note_modify(i)
+    }
+    fn attach(&self, n: Arc<dyn Notify>) {
+        let _ = self.notify.set(n);
+    }
+}
+
+/// What the killer thread does, over and over.
+#[derive(Clone, Copy, Debug)]
+enum Killer {
+    /// `drop_caches`: the tree shrink kills every unused dentry.
+    DropCaches,
+    /// Replaces each name the way editors do: write a temporary file, rename
+    /// it over the name (the old dentry is invalidated).
+    RenameOver,
+    /// Unlinks each name and creates it again.
+    UnlinkRecreate,
+    /// The backend reports each name changed, and now and then everything.
+    Notify,
+    /// Nothing: the shrinker runs on its own, the cache being far over a
+    /// tiny target.
+    Shrinker,
+    /// All of the above at once, a thread each, with the shrinker running
+    /// throughout (the passthrough mount's crash: a shrinker and inotify
+    /// invalidations).
+    All,
+}
+
+struct Outcome {
+    /// Handles taken and dropped.
+    handles: u64,
+    /// A stable name reported missing, or a read that returned bytes no
+    /// writer wrote.
+    wrong: u64,
+}
+
+fn name(i: usize) -> String {
+    format!("/d/f{i}")
+}
+
+/// Holder threads (more than this machine's 2 cores: a holder descheduled
+/// between its decrement to zero and what follows gives the killer a whole
+/// time slice in that window, which is what makes these races show within
+/// a second) take and drop handles on the names, each drop usually the
+/// last reference, while a killer runs, for `ms` milliseconds.
+fn race(mode: RefMode, killer: Killer, ms: u64) -> Outcome {
+    let fs = Arc::new(Notifying { fs: MemFs::default(), notify: OnceLock::new() });
+    let mut b = Vfs::builder().mode(mode).filesystem(fs.clone());
+    if matches!(killer, Killer::Shrinker | Killer::All) {
+        b = b.dcache_target(16).negative_dentries(4);
+    }
+    let v = b.build().unwrap();
+    v.create_dir("/d").unwrap();
+    // Extra names, so that the shrinker has plenty to evict.
+    if matches!(killer, Killer::Shrinker | Killer::All) {
+        for i in 0..256 {
+            v.write(format!("/d/pad{i}"), b"").unwrap();
+        }
+    }
+    for i in 0..NAMES {
+        v.write(name(i), b"old").unwrap();
+    }
+    let dir_ino = v.metadata("/d").unwrap().ino();
+    // Names exist for the whole run except under UnlinkRecreate.
+    let stable = !matches!(killer, Killer::UnlinkRecreate | Killer::All);
+    let stop = Arc::new(AtomicBool::new(false));
+    let wrong = Arc::new(AtomicU64::new(0));
+    let handles = Arc::new(AtomicU64::new(0));
+    let holders: Vec<_> = (0..HOLDERS)
+        .map(|t| {
+            let (v, stop, wrong, handles) = (v.clone(), stop.clone(), wrong.clone(), handles.clone());
+            thread::spawn(move || {
+                let dir = v.entry("/d").unwrap();
+                let mut round = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    for i in 0..NAMES {
+                        let r = match (round + t) % 3 {
+                            // A path handle (`O_PATH`), dropped at once.
+                            0 => v.entry(name(i)).map(drop),
+                            // FUSE: a lookup counted on a node, then forget.
+                            1 => v.lookup_at(&dir, format!("f{i}")).map(|e| {
+                                let e2 = e.clone();
+                                drop(e);
+                                e2.forget();
+                            }),
+                            // An open, a read, a close.
+                            _ => v.open(name(i), OpenOptions::new().read(true)).and_then(|mut f| {
+                                let mut buf = Vec::new();
+                                std::io::Read::read_to_end(&mut f, &mut buf)?;
+                                if buf != b"old" && buf != b"new" && !buf.is_empty() {
+                                    wrong.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Ok(())
+                            }),
+                        };
+                        match r {
+                            Ok(()) => {
+                                handles.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) if stable || e.raw_os_error() != Some(libc::ENOENT) => {
+                                eprintln!("{mode:?} {killer:?}: {}: {e}", name(i));
+                                wrong.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    round += 1;
+                }
+            })
+        })
+        .collect();
+    let killers = match killer {
+        Killer::All => vec![Killer::DropCaches, Killer::RenameOver, Killer::UnlinkRecreate, Killer::Notify],
+        k => vec![k],
+    };
+    let renamer_tmp = |k: usize| format!("/d/tmp{k}");
+    let killer_threads: Vec<_> = killers
+        .into_iter()
+        .enumerate()
+        .map(|(k, which)| {
+            let (v, stop, fs, tmp) = (v.clone(), stop.clone(), fs.clone(), renamer_tmp(k));
+            thread::spawn(move || {
+                let notify = fs.notify.get().expect("attached").clone();
+                let mut round = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    match which {
+                        Killer::DropCaches => v.drop_caches(),
+                        Killer::RenameOver => {
+                            for i in 0..NAMES {
+                                v.write(&tmp, b"new").unwrap();
+                                v.rename(&tmp, name(i)).unwrap();
+                            }
+                        }
+                        Killer::UnlinkRecreate => {
+                            for i in 0..NAMES {
+                                // Another killer may replace it meanwhile.
+                                let _ = v.remove_file(name(i));
+                                v.write(name(i), b"new").unwrap();
+                            }
+                        }
+                        Killer::Notify => {
+                            for i in 0..NAMES {
+                                notify.entry_changed(dir_ino, format!("f{i}").as_bytes());
+                            }
+                            notify.inode_changed(dir_ino);
+                            if round & 3 == 0 {
+                                notify.all_changed();
+                            }
+                        }
+                        Killer::Shrinker | Killer::All => {
+                            // Misses and new names keep the shrinker running.
+                            for i in 0..16 {
+                                let _ = v.metadata(format!("/d/miss{round}-{i}"));
+                                let _ = v.metadata(format!("/d/pad{}", (round as usize * 16 + i) % 256));
+                            }
+                        }
+                    }
+                    // The cache's invariants hold at every moment: a dentry
+                    // freed while still on the LRU shows here even before its
+                    // memory is reused (which is when it would crash).
+                    if round & 7 == 0 {
+                        v.check_invariants().unwrap_or_else(|e| panic!("{mode:?} {which:?}: {e}"));
+                    }
+                    round += 1;
+                }
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(ms) {
+        thread::sleep(Duration::from_millis(5));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in holders {
+        h.join().unwrap();
+    }
+    for k in killer_threads {
+        k.join().unwrap();
+    }
+    v.check_invariants().unwrap_or_else(|e| panic!("{mode:?} {killer:?}: {e}"));
+    // Every name still reads as written, and teardown frees everything.
+    for i in 0..NAMES {
+        let data = v.read(name(i)).unwrap();
+        assert!(data == b"old" || data == b"new", "{mode:?} {killer:?}: {} holds {data:?}", name(i));
+    }
+    let counters = v.live_counters();
+    drop(v);
+    assert_eq!((counters.dentries(), counters.inodes()), (0, 0), "{mode:?} {killer:?}: teardown leaked");
+    Outcome { handles: handles.load(Ordering::Relaxed), wrong: wrong.load(Ordering::Relaxed) }
+}
+
+/// How long each (mode, killer) pair runs: `RCUVFS_RACE_MS`, or 200 ms
+/// (a few ms under Miri, which runs a handful of rounds).
+fn run_ms() -> u64 {
+    std::env::var("RCUVFS_RACE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(scaled(200_000) as u64 / 1000)
+}
+
+fn every_mode(killer: Killer) {
+    for mode in RefMode::ALL {
+        let o = race(mode, killer, run_ms());
+        assert!(o.handles > 0, "{mode:?} {killer:?}: no handle was taken");
+        assert_eq!(o.wrong, 0, "{mode:?} {killer:?}: wrong answers");
+    }
+}
+
+#[test]
+fn last_references_race_drop_caches() {
+    every_mode(Killer::DropCaches);
+}
+
+#[test]
+fn last_references_race_renames_over_the_name() {
+    every_mode(Killer::RenameOver);
+}
+
+#[test]
+fn last_references_race_unlink_and_recreate() {
+    every_mode(Killer::UnlinkRecreate);
+}
+
+#[test]
+fn last_references_race_notify_invalidations() {
+    every_mode(Killer::Notify);
+}
+
+#[test]
+fn last_references_race_the_shrinker() {
+    every_mode(Killer::Shrinker);
+}
+
+#[test]
+fn last_references_race_every_killer_at_once() {
+    every_mode(Killer::All);
+}
