@@ -324,18 +324,29 @@ impl MemFs {
         Ok(inode)
     }
 
-    /// Frees `inode` if it has no links and no lookup references. Called
-    /// with its state lock held (passed in as `st`).
-    fn maybe_free(&self, inode: &MemInode, st: &mut State) {
-        if st.nlink == 0 && st.nlookup == 0 {
-            if let Content::Symlink(t) = &st.content {
-                self.release_bytes(t.len() as u64);
-            }
-            // A page cache refunds its pages when its last user drops it.
-            st.content = Content::Special;
-            if self.inodes.write().unwrap_or_else(|e| e.into_inner()).remove(&inode.ino).is_some() {
-                self.used_inodes.fetch_sub(1, Ordering::Relaxed);
-            }
+    /// Frees the content of an inode that has no links and no lookup
+    /// references (`st`, its state, locked by the caller), and says whether
+    /// it must leave the inode table: the caller does that with
+    /// [`unlist`](Self::unlist) once it has released `st`, since `inodes`
+    /// comes before any `state` in the lock order.
+    fn maybe_free(&self, st: &mut State) -> bool {
+        if st.nlink != 0 || st.nlookup != 0 {
+            return false;
+        }
+        if let Content::Symlink(t) = &st.content {
+            self.release_bytes(t.len() as u64);
+        }
+        // A page cache refunds its pages when its last user drops it.
+        st.content = Content::Special;
+        true
+    }
+
+    /// Removes a freed inode from the table (once: a second caller finds it
+    /// gone). Nothing can reach it by name any more (no links), and the VFS
+    /// holds no lookup reference, so nobody asks for it meanwhile.
+    fn unlist(&self, ino: Ino) {
+        if self.inodes.write().unwrap_or_else(|e| e.into_inner()).remove(&ino).is_some() {
+            self.used_inodes.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -386,7 +397,11 @@ impl MemFs {
             st.nlink = st.nlink.saturating_sub(1);
         }
         st.ctime = t;
-        self.maybe_free(&inode, &mut st);
+        let free = self.maybe_free(&mut st);
+        drop(st);
+        if free {
+            self.unlist(ino);
+        }
         Ok(())
     }
 
@@ -420,7 +435,11 @@ impl FileSystem for MemFs {
         if let Ok(inode) = self.get(ino) {
             let mut st = lock(&inode);
             st.nlookup = st.nlookup.saturating_sub(nlookup);
-            self.maybe_free(&inode, &mut st);
+            let free = self.maybe_free(&mut st);
+            drop(st);
+            if free {
+                self.unlist(ino);
+            }
         }
     }
 

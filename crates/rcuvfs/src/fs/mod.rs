@@ -302,6 +302,13 @@ pub trait FileSystem: Send + Sync + 'static {
 /// What a filesystem tells the VFS about changes it did not make (FUSE's
 /// `notify_inval_entry` and `notify_inval_inode`). Calls may come from any
 /// thread, at any time, and after the VFS is gone (they then do nothing).
+///
+/// A filesystem calls these holding none of its own locks. Each call takes
+/// the VFS's locks (the superblock list, the dcache's), and under them the
+/// VFS may call back into the filesystem: dropping a cached name can release
+/// the last reference to an inode, and with it `FileSystem::forget`. A
+/// filesystem lock held across a call would close a cycle with any thread
+/// that is in the VFS and waiting for that lock.
 pub trait Notify: Send + Sync {
     /// `name` in directory `parent` appeared, went, or now names another
     /// object: the cached dentry, positive or negative, is dropped.

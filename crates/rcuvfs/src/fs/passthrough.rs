@@ -56,6 +56,26 @@
 //! checked with one `fstatat` once its TTL has run out, and dropped if it
 //! names another object or its attributes changed. Then lookups take the
 //! REF-walk path, since every cached name must be asked about.
+//!
+//! # Locks
+//!
+//! | lock             | protects                                                  |
+//! |------------------|-----------------------------------------------------------|
+//! | `Inner::nodes`   | the node tables (`by_ino`, `by_key`, `by_wd`, private inode numbers) and each node's lookup count reaching zero |
+//! | `Inner::watches` | the inotify watch set                                     |
+//! | `Node::wd`       | the node's watch descriptor                               |
+//! | `Node::data`     | the node's cached data descriptor                         |
+//! | `Node::listing`  | the node's complete listing                               |
+//! | `Node::checked`  | the node's TTL bookkeeping                                |
+//!
+//! Order: `nodes`, then `watches` or `wd` (never both at once); `data`,
+//! `listing` and `checked` are leaves, taken alone or under `nodes`.
+//!
+//! Calls into the VFS ([`Notify`]) are made holding none of these, as the
+//! `Notify` contract requires: a notification takes the VFS's locks, and
+//! under them the VFS may call back in here (a dropped dentry releases its
+//! inode, whose `forget` takes `nodes`). Holding `nodes` across one would
+//! close a cycle with the watcher thread.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -277,17 +297,24 @@ impl Inner {
         let node = Node::new(key, fd, a.clone());
         nodes.by_key.insert(key, ino);
         nodes.by_ino.insert(ino, node.clone());
-        if node.kind == FileType::Dir {
-            self.watch(&mut nodes, &node);
+        let first_unwatched = node.kind == FileType::Dir && !self.watch(&mut nodes, &node);
+        drop(nodes);
+        if first_unwatched {
+            // After `nodes` is released: see the lock table.
+            if let Some(n) = self.notify.get() {
+                n.set_revalidate(true);
+            }
         }
         Ok(a)
     }
 
-    /// Watches directory `node`; on failure, the TTL covers it.
-    fn watch(&self, nodes: &mut Nodes, node: &Node) {
+    /// Watches directory `node`; on failure, the TTL covers it. Returns
+    /// `false` if this is the first directory left unwatched: the caller
+    /// then turns revalidation on, once it holds no lock.
+    fn watch(&self, nodes: &mut Nodes, node: &Node) -> bool {
         let Some(w) = &self.watches else {
             self.unwatched.store(true, Ordering::Relaxed);
-            return;
+            return true; // `attach` turned revalidation on already
         };
         let mask = WatchMask::CREATE
             | WatchMask::DELETE
@@ -304,15 +331,10 @@ impl Inner {
             Ok(wd) => {
                 nodes.by_wd.insert(wd.get_watch_descriptor_id(), node.ino);
                 *node.wd.lock().unwrap() = Some(wd);
+                true
             }
-            Err(_) => {
-                // Most often ENOSPC: the watch limit is exhausted.
-                if !self.unwatched.swap(true, Ordering::Relaxed) {
-                    if let Some(n) = self.notify.get() {
-                        n.set_revalidate(true);
-                    }
-                }
-            }
+            // Most often ENOSPC: the watch limit is exhausted.
+            Err(_) => self.unwatched.swap(true, Ordering::Relaxed),
         }
     }
 
@@ -496,6 +518,7 @@ impl Passthrough {
             let mut nodes = inner.nodes.write().unwrap();
             nodes.by_key.insert(root.key, root_ino);
             nodes.by_ino.insert(root_ino, root.clone());
+            // Not attached yet: `attach` reads `unwatched` itself.
             inner.watch(&mut nodes, &root);
         }
         if let Some(i) = inotify {
