@@ -62,6 +62,11 @@ pub struct MountArgs {
     /// made there directly).
     #[arg(long, default_value = "memfs")]
     backend: String,
+    /// Dentries the cache holds itself to before the shrinker prunes
+    /// (default: the library's, 1,048,576, or less for a backend with an
+    /// inode budget).
+    #[arg(long)]
+    dcache_target: Option<usize>,
 }
 
 fn default_threads() -> usize {
@@ -105,6 +110,9 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     }
     if let Some(n) = args.inodes {
         b = b.max_inodes(n);
+    }
+    if let Some(n) = args.dcache_target {
+        b = b.dcache_target(n);
     }
     let vfs = b.build()?;
     let ttl = if args.no_kernel_cache { Duration::ZERO } else { Duration::from_secs(1) };
