@@ -282,7 +282,19 @@ impl Server {
     /// Counts one kernel lookup of `e` and returns its attributes.
     fn remember(&self, e: Entry) -> Result<FileAttr, Errno> {
         let attr = self.attr(&e.metadata().map_err(errno)?);
-        self.nodes.entry(attr.ino.0).and_modify(|n| n.nlookup += 1).or_insert(Node { entry: e, nlookup: 1 });
+        let spare = match self.nodes.entry(attr.ino.0) {
+            dashmap::mapref::entry::Entry::Occupied(mut o) => {
+                o.get_mut().nlookup += 1;
+                Some(e)
+            }
+            dashmap::mapref::entry::Entry::Vacant(v) => {
+                v.insert(Node { entry: e, nlookup: 1 });
+                None
+            }
+        };
+        // Outside the shard's lock: dropping a handle may release the last
+        // reference to its dentry, and with it the filesystem's inode.
+        drop(spare);
         Ok(attr)
     }
 

@@ -8,9 +8,14 @@
 //! | `Inode::attrs` (seqlock) | every attribute field; writers hold its lock    |
 //! | `Inode::dir_lock`      | a directory's entries while a name in it is looked up in the filesystem, created, removed or renamed (Linux `i_rwsem`) |
 //! | `InodeTable::map`      | the ino -> inode map and the 0 <-> 1 transitions of `refs` |
+//! | `InodeTable::list`'s locks | the superblock's inode list (one lock, or one per shard; see `sync::list_batch`) |
 //!
 //! Order: `dir_lock`s (see `vfs.rs` for their order among themselves), then
 //! the dcache's `tree_lock`, then `InodeTable::map`, then `attrs`' lock.
+//! The list's locks are leaves, taken with no other inode lock held. A
+//! filesystem's own locks come after all of these: `iget` asks the
+//! filesystem for a new inode's symlink target and page cache under `map`,
+//! and the last `iput` calls `forget` holding none.
 //!
 //! # Reading attributes
 //!
@@ -354,7 +359,7 @@ impl InodeTable {
     /// them): walks the superblock list, as unmount's `evict_inodes` does,
     /// and checks it against the table: an inode missing from the list, or
     /// a list entry with no inode, is a bug.
-    pub fn clear(&self, counters: &LiveCounters) {
+    pub fn clear(&self, counters: &LiveCounters, rcu: &Rcu) {
         let mut map = self.map.lock();
         let mut listed = 0;
         self.list.for_each(|ino| {
@@ -364,11 +369,13 @@ impl InodeTable {
         assert_eq!(listed, map.len(), "an in-core inode is missing from the superblock list");
         for (_, p) in map.drain() {
             counters.add_inode(-1);
-            // SAFETY: teardown: no reader, dentry or file remains; the
-            // node is on the list (checked above).
+            // SAFETY: no dentry or file refers to it any more (the
+            // superblock's last mount is gone, or the Vfs is); the node is
+            // on the list (checked above); RCU walkers that crossed into the
+            // superblock may still read it, hence the grace period.
             unsafe {
                 self.list.del(&(*p).sb);
-                drop(Box::from_raw(p as *mut Inode));
+                rcu.retire_box(p as *mut Inode);
             }
         }
         debug_assert!(self.list.is_empty());

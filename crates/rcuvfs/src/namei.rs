@@ -466,11 +466,7 @@ impl Dcache {
         if d.is_root() {
             return d.clone_ref();
         }
-        let _g = self.rcu.read_lock();
-        let p = d.parent();
-        p.lockref().get();
-        // SAFETY: we just took this reference.
-        unsafe { DRef::adopt(self, p) }
+        self.dget_parent(d)
     }
 
     /// Resolves symlink `link` found in `dir`, following the target's last

@@ -386,3 +386,50 @@ fn loom_dput_vs_lru_shrinker() {
         },
     );
 }
+
+/// `..` in a REF-walk (`dget_parent`) on a dentry that a rename moves to
+/// another parent, after which a killer frees the parent it left: the
+/// reference must land on a live dentry that is, or was at some instant,
+/// the parent (the audit of issue 15 found a plain `get` on a dead one).
+#[test]
+fn loom_dget_parent_vs_rename_and_kill() {
+    model(|| {
+        let dc = cache();
+        add(&dc, b"a", 2); // directories
+        add(&dc, b"c", 3);
+        let a = dc.d_lookup(dc.root(), b"a").expect("cached");
+        let ip = dc.root_sb().iget(&attr(4), false, &dc.counters);
+        drop(dc.d_add(&a, b"b", ip));
+        drop(a);
+        let b = Held(dc.d_lookup(&dc.d_lookup(dc.root(), b"a").unwrap(), b"b").unwrap().into_raw() as usize);
+        let walker = {
+            let dc = dc.clone();
+            thread::spawn(move || {
+                // SAFETY: the reference taken above, dropped at the end.
+                let b = unsafe { &*(b.0 as *const super::Dentry) };
+                let p = dc.dget_parent(b);
+                p.check_live();
+                let ino = p.inode().map(|i| i.ino);
+                assert!(ino == Some(2) || ino == Some(3), "a parent b never had: {ino:?}");
+                drop(p);
+                dc.dput(b);
+            })
+        };
+        let killer = {
+            let dc = dc.clone();
+            thread::spawn(move || {
+                // SAFETY: b is held by the walker until it ends.
+                let b = unsafe { &*(b.0 as *const super::Dentry) };
+                let c = dc.d_lookup(dc.root(), b"c").expect("cached");
+                let dst = dc.d_add(&c, b"b", std::ptr::null());
+                dc.d_move(b, &c, b"b", &dst, false);
+                drop(dst);
+                drop(c);
+                dc.shrink_all();
+            })
+        };
+        walker.join().unwrap();
+        killer.join().unwrap();
+        check_cache(&dc);
+    });
+}

@@ -560,6 +560,33 @@ impl Dcache {
         DRef { d, dc: self }
     }
 
+    /// A counted reference to `d`'s parent (`dget_parent`), for a caller
+    /// that holds `d`: the dentry that was `d`'s parent at some instant of
+    /// the call.
+    ///
+    /// Holding `d` does not pin the parent it had a moment ago: a rename may
+    /// move `d` and drop its reference on the old parent, which a killer may
+    /// then free. So the parent is read inside an RCU read section (its
+    /// memory stays valid), referenced only if not dead, and kept only if it
+    /// is still `d`'s parent after that; otherwise we start again. A dead
+    /// parent means `d` has moved: `get_not_dead` fails only under the lock
+    /// the killer released, after the rename's store of the new parent.
+    pub fn dget_parent<'a>(&'a self, d: &Dentry) -> DRef<'a> {
+        let _g = self.rcu.read_lock();
+        loop {
+            let p = d.parent();
+            crate::sync::atomic::preemption_point();
+            if p.lockref().get_not_dead() {
+                // SAFETY: we just took this reference.
+                let r = unsafe { DRef::adopt(self, p) };
+                // Acquire: pairs with the rename's Release store.
+                if ptr::eq(d.parent.load(Ordering::Acquire), p) {
+                    return r;
+                }
+            }
+        }
+    }
+
     fn bucket(&self, hash: u64) -> &Bucket {
         &self.buckets[(hash & self.mask) as usize]
     }
@@ -864,9 +891,11 @@ impl Dcache {
                 unsafe { Self::lru_remove(&mut lru, d) };
                 (d, g)
             };
-            // Unused, so hashed (an unhashed dentry is killed when its count
-            // reaches zero) and childless (children hold references).
-            debug_assert!(victim.is_hashed());
+            // Unused, so childless (children hold references). Usually
+            // hashed too, but not always: a dentry unhashed while in use
+            // and then put is briefly unhashed at count zero, between its
+            // `dput_last`'s decrement and its d_lock. We kill it then, and
+            // that `dput` finds it dead.
             // SAFETY: tree_lock is held.
             debug_assert!(unsafe { victim.links().first_child.is_null() });
             self.unhash_and_mark_dead(victim, g);
@@ -1292,8 +1321,12 @@ impl Dcache {
         out
     }
 
-    /// Is `anc` an ancestor of `d` (or `d` itself)? The caller holds the
-    /// global rename mutex, so the tree's shape above both cannot change.
+    /// Is `anc` an ancestor of `d` (or `d` itself)? Reads the parent chain
+    /// under RCU. Exact when the caller holds the rename mutex, so the tree's
+    /// shape above both cannot change (a cross-directory rename, a mount);
+    /// a same-directory rename asks only whether its source is the directory
+    /// itself or above it, which no concurrent rename can change, since
+    /// moving the source needs its directory's lock, held by the caller.
     pub fn is_ancestor(&self, anc: &Dentry, d: &Dentry) -> bool {
         let _g = self.rcu.read_lock();
         let mut cur = d;
@@ -1565,7 +1598,7 @@ impl Dcache {
                 self.rcu.retire_box(root as *mut Dentry);
             }
         }
-        sbr.itable.clear(&self.counters);
+        sbr.itable.clear(&self.counters, &self.rcu);
         // SAFETY: off the list, with no dentry, inode or mount left.
         unsafe { self.rcu.retire_box(sb as *mut Super) };
     }
@@ -1597,7 +1630,7 @@ impl Drop for Dcache {
                 // SAFETY: the name is owned by the dentry.
                 drop(unsafe { Box::from_raw(d.name.load(Ordering::Relaxed)) });
             }
-            sb.itable.clear(&self.counters);
+            sb.itable.clear(&self.counters, &self.rcu);
         }
     }
 }

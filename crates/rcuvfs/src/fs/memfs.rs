@@ -10,6 +10,7 @@
 //! | `MemFs::namespace`   | every change to any directory's entries, nlink   |
 //! | `MemFs::inodes`      | the inode-number table                           |
 //! | `MemInode::state`    | one inode's attributes, data and entries         |
+//! | a file's page cache (`PageCache`'s writer and mode locks) | its pages; taken under `state` by a truncating `setattr`, and alone by the VFS's reads and writes |
 //!
 //! Order: `namespace`, then `inodes`, then one `state` at a time (never two
 //! inode states at once, so no order among them is needed). Reads of the

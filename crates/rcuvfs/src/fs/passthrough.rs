@@ -327,7 +327,9 @@ impl Inner {
             | WatchMask::MOVE_SELF
             | WatchMask::ONLYDIR;
         let path = format!("/proc/self/fd/{}", node.fd.as_raw_fd());
-        match w.lock().unwrap().add(Path::new(&path), mask) {
+        // `watches` is released before `wd` is taken (the lock table).
+        let added = w.lock().unwrap().add(Path::new(&path), mask);
+        match added {
             Ok(wd) => {
                 nodes.by_wd.insert(wd.get_watch_descriptor_id(), node.ino);
                 *node.wd.lock().unwrap() = Some(wd);
