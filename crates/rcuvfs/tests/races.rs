@@ -408,3 +408,25 @@ fn dotdot_races_renames_and_killers() {
         assert_eq!((counters.dentries(), counters.inodes()), (0, 0), "{mode:?}: teardown leaked");
     }
 }
+
+/// A directory invalidated by its backend while a handle holds it (`Notify`)
+/// keeps one dentry: a create made through the old handle is then seen by
+/// path lookups, instead of hiding behind a negative entry cached under a
+/// second dentry of the same directory (Linux's rule: a directory inode has
+/// one dentry, `d_splice_alias`). Found by the race above under TSan.
+#[test]
+fn an_invalidated_directory_keeps_one_dentry() {
+    for mode in RefMode::ALL {
+        let fs = Arc::new(Notifying { fs: MemFs::default(), notify: OnceLock::new() });
+        let v = Vfs::builder().mode(mode).filesystem(fs.clone()).build().unwrap();
+        v.create_dir("/d").unwrap();
+        let held = v.entry("/d").unwrap();
+        fs.notify.get().unwrap().all_changed();
+        assert!(v.metadata("/d/x").is_err(), "{mode:?}: not created yet");
+        v.open_at(&held, "x", OpenOptions::new().write(true).create(true)).unwrap();
+        assert!(v.metadata("/d/x").is_ok(), "{mode:?}: a create through the held handle is hidden");
+        assert_eq!(v.read_dir("/d").unwrap().count(), 1, "{mode:?}");
+        drop(held);
+        v.check_invariants().unwrap();
+    }
+}

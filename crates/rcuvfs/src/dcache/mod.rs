@@ -719,6 +719,61 @@ impl Dcache {
         DRef { d: dr, dc: self }
     }
 
+    /// The dentry for `name` in `dir` naming the inode `ip` that the
+    /// filesystem just returned for it (`d_splice_alias`); the caller's
+    /// reference on `ip` passes to the result, and the caller holds `dir`'s
+    /// directory lock.
+    ///
+    /// A directory inode has at most one dentry (Linux's rule): if it
+    /// already has a live one, hashed elsewhere or unhashed by an
+    /// invalidation while a handle still holds it, that dentry moves here
+    /// instead of a second one being made. Two dentries of one directory
+    /// would cache two sets of children, and a create made through one
+    /// would hide behind a miss cached under the other. ELOOP (as Linux's
+    /// `__d_unalias`) if the move would put a directory under itself, or
+    /// move a filesystem's root.
+    pub fn d_splice_alias<'a>(&'a self, dir: &Dentry, name: &[u8], ip: *const Inode) -> std::io::Result<DRef<'a>> {
+        // SAFETY: the caller's reference keeps the inode live.
+        let inode = unsafe { &*ip };
+        if inode.kind == crate::fs::FileType::Dir {
+            if let Some(alias) = self.live_alias(inode) {
+                let _t = self.tree_lock.lock();
+                // tree_lock freezes the tree's shape: the ancestry is exact.
+                if alias.is_root() || self.is_ancestor(&alias, dir) {
+                    drop(_t);
+                    drop(alias);
+                    // SAFETY: the caller's reference, not passed on.
+                    unsafe { self.iput(ip) };
+                    return crate::error::fail(crate::error::ELOOP);
+                }
+                let _w = self.rename_lock.write();
+                // SAFETY: tree_lock and the rename lock's write section are
+                // held; we hold a reference on `alias`.
+                unsafe { self.rehash(&alias, dir, name) };
+                drop(_w);
+                drop(_t);
+                // SAFETY: the alias holds its own reference on the inode.
+                unsafe { self.iput(ip) };
+                return Ok(alias);
+            }
+        }
+        Ok(self.d_add(dir, name, ip))
+    }
+
+    /// A referenced live dentry naming `inode`, if any.
+    fn live_alias(&self, inode: &Inode) -> Option<DRef<'_>> {
+        let _g = self.rcu.read_lock();
+        // Copied out first: `aliases` is a leaf lock, and a get may take
+        // d_lock.
+        let aliases: Vec<usize> = inode.aliases.lock().clone();
+        aliases.into_iter().find_map(|d| {
+            // SAFETY: on the alias list inside our read section, so freed
+            // only after it ends; a dead one fails `get_not_dead`.
+            let d = unsafe { &*(d as *const Dentry) };
+            d.lockref().get_not_dead().then(|| DRef { d, dc: self })
+        })
+    }
+
     /// Runs the shrinker if the cache is past its size target or its
     /// negative-dentry target: in the allocating thread, a batch at a time.
     fn shrink_to_target(&self) {
@@ -1467,20 +1522,8 @@ impl Dcache {
     /// A referenced dentry naming in-core inode `ino` of `sb`, if any.
     pub fn alias_ref(&self, sb: &Super, ino: crate::fs::Ino) -> Option<DRef<'_>> {
         let ip = sb.itable.find_hold(ino)?;
-        let found = {
-            let _g = self.rcu.read_lock();
-            // Copied out first: `aliases` is a leaf lock (`d_instantiate`
-            // takes it under `d_lock`), and a get may take `d_lock`.
-            // SAFETY: we hold a reference on the inode.
-            let aliases: Vec<usize> = unsafe { (*ip).aliases.lock().clone() };
-            aliases.into_iter().find_map(|d| {
-                // SAFETY: it was on the alias list inside our read section,
-                // so it is freed (after `alias_del`, through RCU) only after
-                // the section ends; a dead one fails get_not_dead.
-                let d = unsafe { &*(d as *const Dentry) };
-                d.lockref().get_not_dead().then(|| DRef { d, dc: self })
-            })
-        };
+        // SAFETY: `find_hold` took a reference.
+        let found = self.live_alias(unsafe { &*ip });
         // SAFETY: the reference `find_hold` took.
         unsafe { self.iput(ip) };
         found
