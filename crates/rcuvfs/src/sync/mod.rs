@@ -17,6 +17,7 @@
 
 pub mod atomic;
 pub mod audit;
+pub mod index;
 pub mod list_batch;
 pub mod lockref;
 pub mod mutex;

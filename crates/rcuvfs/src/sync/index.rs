@@ -1,0 +1,1102 @@
+//! A resizable hash index whose readers take no lock and store nothing
+//! (RCU), written by hand because it is the product: the dcache keeps one
+//! per directory (the children of a dentry, seed 003's second "future
+//! direction"), memfs one per directory and one for its inodes, the
+//! superblock one for its in-core inodes.
+//!
+//! # Layout
+//!
+//! Open addressing with linear probing over a table of `2^bits` slots plus
+//! an overflow tail (no wrap-around). A key's *home* is the top `bits` bits
+//! of its 64-bit hash, so slot order follows hash order: a cursor by hash
+//! (readdir's cookie) resumes in O(1). The index stores pointers to entries
+//! it does not own; the caller frees an entry only through RCU, after
+//! removing it.
+//!
+//! # A slot word
+//!
+//! | bits   | meaning |
+//! |--------|---------|
+//! | 0      | `LOCK`: the home lock of the keys whose home this slot is |
+//! | 1      | `MOVED`: frozen by a resize; the next table is authoritative |
+//! | 2      | `PARKED`: a thread waits for `LOCK` to clear |
+//! | 3..48  | the value: `EMPTY` (0), `TOMBSTONE` (8), or an entry's address (8-aligned, below 2^48) |
+//! | 48..64 | the tag: the top 16 bits of the hash the entry was inserted under, so that a probe skips most other keys without touching their entries |
+//!
+//! Legal value transitions in one table: `EMPTY -> entry`, `entry ->
+//! TOMBSTONE`, `TOMBSTONE -> entry`, `entry -> entry` (a replace under the
+//! same key). A slot never returns to `EMPTY`; only a resize, into a fresh
+//! table, drops tombstones. Hence the readers' guarantee: an entry present
+//! in the index for the whole of a lookup is found, whatever else is
+//! inserted, removed or resized meanwhile, because every slot between its
+//! home and its position stays non-empty (they were non-empty when it was
+//! inserted), and a reader that holds a replaced table holds a snapshot
+//! that contains it.
+//!
+//! An entry's key ([`Indexed::index_hash`]) may change only while its home
+//! lock is held, and the entry must leave the index before that lock is
+//! released (a rename: the dcache's `d_move`). A resize reads the keys of
+//! the entries it copies, and it waits at every held home lock before it
+//! reaches any slot after it, so it never reads a key that is changing.
+//!
+//! # Locks
+//!
+//! | lock | protects |
+//! |------|----------|
+//! | a slot's `LOCK` (the home lock) | every insert, remove and replace of a key whose home is that slot: so two writers of one key are serialized, and an insert can check absence first; writers of keys with other homes run in parallel, racing for free slots by CAS |
+//! | `Header::resizing` | one resize per table at a time |
+//!
+//! Order: home locks of different keys in (index address, hash) order (see
+//! [`Index::lock2`]); a thread that holds a home lock never waits for a
+//! resize (it gets [`Full`] or [`Moved`] and lets go first), and a resize
+//! waits only for home locks, which are held briefly, so resizes and writers
+//! cannot wait on each other in a cycle. Callers' own locks come before home
+//! locks (the dcache takes `d_lock`, then a home lock).
+//!
+//! # Resize
+//!
+//! The resizer freezes slots in index order: it waits for each slot's
+//! `LOCK` to clear and sets `MOVED` by CAS, then copies the slot's entry to
+//! the new table. A writer never writes a frozen slot (its CAS would fail),
+//! and while a writer holds a home lock the resizer stops before it, so
+//! every slot at or after a held home is writable: a writer's probes go
+//! forward from its home. After the last slot, the new table is published;
+//! writers that found `MOVED` wait for that and start again there. Readers
+//! never wait: the old table stays valid, frozen and complete, until a
+//! grace period after its replacement.
+//!
+//! # Orderings
+//!
+//! - Publishing an entry (a CAS that stores its address) is `Release`; every
+//!   reader load of a slot is `Acquire`: a reader sees the entry's fields
+//!   as initialized.
+//! - Publishing a table is a `Release` store; readers load it `Acquire`.
+//! - Taking a home lock is an `Acquire` CAS and releasing it a `Release` RMW:
+//!   a writer sees everything the previous holder wrote.
+//! - The resizer's freezing CAS is `AcqRel`: it reads the final value the
+//!   last writer released, and its copy happens after.
+//! - The counts word is updated with `Relaxed` RMWs: it only steers resizes
+//!   (and `close_if_empty` reads it under the rule that inserts reserve
+//!   first, see `Counts`).
+
+use core::marker::PhantomData;
+use core::ptr;
+
+use super::atomic::{
+    park, preemption_point, spin_hint, unpark_all, unpark_one, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+};
+use super::atomic::{Ordering, SPIN_LIMIT};
+use super::rcu::{Rcu, RcuGuard};
+
+const LOCK: usize = 1;
+const MOVED: usize = 2;
+const PARKED: usize = 4;
+const FLAGS: usize = LOCK | MOVED | PARKED;
+const PTR: usize = 0x0000_ffff_ffff_fff8;
+const TAG_SHIFT: u32 = 48;
+const EMPTY: usize = 0;
+const TOMBSTONE: usize = 8;
+
+/// The smallest table: a directory with a handful of children.
+const MIN_BITS: u32 = 2;
+
+/// An entry of an [`Index`]: its key's 64-bit hash, stable while it is in
+/// an index (see the module doc).
+pub trait Indexed {
+    fn index_hash(&self) -> u64;
+}
+
+#[inline(always)]
+fn tag(hash: u64) -> usize {
+    ((hash >> 48) as usize) << TAG_SHIFT
+}
+
+#[inline(always)]
+fn word(p: *const (), hash: u64) -> usize {
+    let a = p as usize;
+    assert!(a & !PTR == 0 && a > TOMBSTONE, "index entries are 8-aligned below 2^48");
+    a | tag(hash)
+}
+
+/// Overflow slots after the last home, for a table of `2^bits` homes.
+fn overflow(bits: u32) -> usize {
+    ((1usize << bits) / 8).clamp(4, 64)
+}
+
+/// The counts word: live entries in bits 0..31, used slots (live plus
+/// tombstones) in bits 31..62, and [`CLOSED`] in bit 63.
+///
+/// An insert first reserves its entry (`live + 1`, by CAS, refused once
+/// closed), then claims a slot, and counts a used slot only if that slot
+/// was empty (one RMW when it reuses a tombstone, two when it grows).
+/// [`Index::close_if_empty`] sets `CLOSED` by CAS only while `live` is
+/// zero: so an index that a directory closed when it was removed takes no
+/// new entry.
+const LIVE_MASK: u64 = (1 << 31) - 1;
+const LIVE_ONE: u64 = 1;
+const USED_ONE: u64 = 1 << 31;
+const CLOSED: u64 = 1 << 63;
+
+fn live_of(c: u64) -> usize {
+    (c & LIVE_MASK) as usize
+}
+
+fn used_of(c: u64) -> usize {
+    ((c >> 31) & LIVE_MASK) as usize
+}
+
+/// A table: this header, then its slots, in one allocation.
+struct Header {
+    bits: u32,
+    /// 1 while a resize of this table is in progress.
+    resizing: AtomicU32,
+    counts: AtomicU64,
+    /// Number of slots (homes plus overflow).
+    len: usize,
+}
+
+/// A table pointer with its slots.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Table(*const Header);
+
+impl Table {
+    fn layout(len: usize) -> (std::alloc::Layout, usize) {
+        std::alloc::Layout::new::<Header>()
+            .extend(std::alloc::Layout::array::<AtomicUsize>(len).expect("table size"))
+            .expect("table size")
+    }
+
+    fn alloc(bits: u32, counts: u64) -> Table {
+        let len = (1usize << bits) + overflow(bits);
+        let (layout, off) = Self::layout(len);
+        // SAFETY: a non-zero size; every field and slot is written below
+        // before the table is shared.
+        unsafe {
+            let p = std::alloc::alloc(layout);
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            let h = p as *mut Header;
+            h.write(Header { bits, resizing: AtomicU32::new(0), counts: AtomicU64::new(counts), len });
+            let s = p.add(off) as *mut AtomicUsize;
+            for i in 0..len {
+                s.add(i).write(AtomicUsize::new(EMPTY));
+            }
+            Table(h)
+        }
+    }
+
+    /// # Safety
+    /// No one can reach the table any more.
+    unsafe fn free(self) {
+        // SAFETY: the caller's contract; the table was built by `alloc`.
+        unsafe {
+            let len = (*self.0).len;
+            let (layout, off) = Self::layout(len);
+            let s = (self.0 as *mut u8).add(off) as *mut AtomicUsize;
+            for i in 0..len {
+                ptr::drop_in_place(s.add(i));
+            }
+            ptr::drop_in_place(self.0 as *mut Header);
+            std::alloc::dealloc(self.0 as *mut u8, layout);
+        }
+    }
+
+    #[inline(always)]
+    fn header(&self) -> &Header {
+        // SAFETY: tables are freed only through RCU after replacement, or
+        // when their index is dropped; every caller holds one or the other.
+        unsafe { &*self.0 }
+    }
+
+    #[inline(always)]
+    fn slots(&self) -> &[AtomicUsize] {
+        let len = self.header().len;
+        // The slots' offset does not depend on their number (folded).
+        let off = Self::layout(1).1;
+        // SAFETY: `alloc` initialized `len` slots at this offset.
+        unsafe { core::slice::from_raw_parts((self.0 as *const u8).add(off) as *const AtomicUsize, len) }
+    }
+
+    #[inline(always)]
+    fn home(&self, hash: u64) -> usize {
+        (hash >> (64 - self.header().bits)) as usize
+    }
+
+    fn capacity(&self) -> usize {
+        1 << self.header().bits
+    }
+}
+
+/// Why an insert failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum InsertError {
+    /// The table is three quarters used, or no free slot was left before
+    /// its end: let go of the home lock, call [`Index::grow`], and start
+    /// again (a resize cannot run under a held home lock).
+    Full,
+    /// The index was closed ([`Index::close_if_empty`]).
+    Closed,
+}
+
+/// A second home lock would have to wait for a resize: let go of the first
+/// and start again (see the lock order).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Moved;
+
+/// The index. `T` is the entry type; the index holds `*const T`.
+pub struct Index<T> {
+    table: AtomicPtr<Header>,
+    _t: PhantomData<*const T>,
+}
+
+// SAFETY: the index hands out `&T` to any thread (readers) and stores
+// pointers any thread may have inserted: `T: Sync` covers both.
+unsafe impl<T: Sync> Send for Index<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for Index<T> {}
+
+impl<T: Indexed> Default for Index<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a probe's callback says of an entry.
+pub enum Probe<R> {
+    /// Not it: go on.
+    Skip,
+    /// Stop the lookup with this answer.
+    Stop(R),
+}
+
+impl<T: Indexed> Index<T> {
+    pub fn new() -> Self {
+        Index { table: AtomicPtr::new(ptr::null_mut()), _t: PhantomData }
+    }
+
+    #[inline(always)]
+    fn current(&self) -> Option<Table> {
+        // Acquire: pairs with the Release publication of a table.
+        let p = self.table.load(Ordering::Acquire);
+        (!p.is_null()).then_some(Table(p))
+    }
+
+    /// Probes for `hash` with `f`, over the entries inserted under a hash
+    /// with the same top 16 bits, from the key's home to the first empty
+    /// slot (`__d_lookup_rcu`): stores nothing, takes no lock. `None`: no
+    /// entry stopped the probe. The entries passed to `f` may be in the
+    /// middle of a change, or already removed (the caller validates what it
+    /// found, as with any RCU read); but an entry present for the whole
+    /// call is passed to `f` (module doc).
+    #[inline]
+    pub fn find<'g, R>(
+        &'g self,
+        _guard: &'g RcuGuard<'_>,
+        hash: u64,
+        mut f: impl FnMut(&'g T) -> Probe<R>,
+    ) -> Option<R> {
+        let t = self.current()?;
+        let slots = t.slots();
+        let want = tag(hash);
+        let mut i = t.home(hash);
+        while i < slots.len() {
+            // Acquire: pairs with the Release CAS that published the entry.
+            let v = slots[i].load(Ordering::Acquire);
+            let e = v & PTR;
+            if e == EMPTY {
+                return None;
+            }
+            if e != TOMBSTONE && v & !(PTR | FLAGS) == want {
+                // SAFETY: entries are freed only a grace period after their
+                // removal, and we are in a read section (`_guard`).
+                if let Probe::Stop(r) = f(unsafe { &*(e as *const T) }) {
+                    return Some(r);
+                }
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Calls `f` on every entry, in slot order (a snapshot of no instant:
+    /// entries inserted or removed meanwhile may or may not be seen; one
+    /// present throughout is seen once).
+    pub fn for_each<'g>(&'g self, _guard: &'g RcuGuard<'_>, mut f: impl FnMut(&'g T)) {
+        let Some(t) = self.current() else { return };
+        for s in t.slots() {
+            let e = s.load(Ordering::Acquire) & PTR;
+            if e != EMPTY && e != TOMBSTONE {
+                // SAFETY: as in `find`.
+                f(unsafe { &*(e as *const T) });
+            }
+        }
+    }
+
+    /// Appends to `out` the entries whose key is above `after`, in
+    /// increasing key order: at least `max` of them if there are that many
+    /// (more when a cluster or a run of equal keys ends later). Returns
+    /// `false` if there were none. A cursor by key: an entry present
+    /// throughout a sequence of calls, each resuming after the last key the
+    /// previous one returned, is returned exactly once, because it sits
+    /// between its home and the next empty slot, where a scan for its key
+    /// looks (readdir's cookie).
+    pub fn scan_after<'g>(
+        &'g self,
+        _guard: &'g RcuGuard<'_>,
+        after: u64,
+        max: usize,
+        out: &mut Vec<(u64, &'g T)>,
+    ) -> bool {
+        let Some(t) = self.current() else { return false };
+        let slots = t.slots();
+        let start = out.len();
+        let mut i = t.home(after);
+        while i < slots.len() {
+            let e = slots[i].load(Ordering::Acquire) & PTR;
+            if e == EMPTY {
+                // A cluster ends: every key whose home lies before here has
+                // been seen.
+                if out.len() - start >= max {
+                    break;
+                }
+            } else if e != TOMBSTONE {
+                // SAFETY: as in `find`.
+                let r = unsafe { &*(e as *const T) };
+                let h = r.index_hash();
+                if h > after {
+                    out.push((h, r));
+                }
+            }
+            i += 1;
+        }
+        out[start..].sort_by_key(|&(h, _)| h);
+        out.len() > start
+    }
+
+    /// Live entries (a hint: exact only while no writer runs). Like every
+    /// read of a table, inside a read section.
+    pub fn len(&self, _guard: &RcuGuard<'_>) -> usize {
+        self.current().map_or(0, |t| live_of(t.header().counts.load(Ordering::Relaxed)))
+    }
+
+    pub fn is_empty(&self, guard: &RcuGuard<'_>) -> bool {
+        self.len(guard) == 0
+    }
+
+    /// Bytes the index's table takes (for memory accounting).
+    pub fn table_bytes(&self, _guard: &RcuGuard<'_>) -> usize {
+        self.current().map_or(0, |t| Table::layout(t.header().len).0.size())
+    }
+
+    /// Closes the index if it has no entry (and no insert in progress):
+    /// later inserts fail with [`InsertError::Closed`]. Returns whether it
+    /// closed. The check and the close are one CAS, against inserts'
+    /// reservations.
+    pub fn close_if_empty(&self, rcu: &Rcu) -> bool {
+        // A table may be retired and freed under a writer that is in no
+        // read section: every writer is in one while it holds a table.
+        let _g = rcu.read_lock();
+        loop {
+            let t = self.table_or_new();
+            let h = t.header();
+            let c = h.counts.load(Ordering::Relaxed);
+            if c & CLOSED != 0 {
+                return true;
+            }
+            if live_of(c) != 0 {
+                return false;
+            }
+            if h.resizing.load(Ordering::Acquire) != 0 {
+                self.wait_replaced(t);
+                continue;
+            }
+            // Relaxed: the flag is read by inserts' reservation CAS on this
+            // same word; a resize that starts after this copies it (it reads
+            // the counts after freezing every slot, and the reservation of
+            // any insert it waits for comes first).
+            if h.counts.compare_exchange(c, c | CLOSED, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+                let _ = rcu;
+                return true;
+            }
+        }
+    }
+
+    /// Whether the index was closed.
+    pub fn is_closed(&self, _guard: &RcuGuard<'_>) -> bool {
+        self.current().is_some_and(|t| t.header().counts.load(Ordering::Relaxed) & CLOSED != 0)
+    }
+
+    fn table_or_new(&self) -> Table {
+        loop {
+            if let Some(t) = self.current() {
+                return t;
+            }
+            let n = Table::alloc(MIN_BITS, 0);
+            // Release: publishes the initialized table.
+            match self.table.compare_exchange(ptr::null_mut(), n.0 as *mut Header, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return n,
+                // SAFETY: never published.
+                Err(_) => unsafe { n.free() },
+            }
+        }
+    }
+
+    /// Takes the home lock of `hash` (spinning, then parking; waiting for a
+    /// resize in progress). Never called while holding another home lock
+    /// (use [`lock2`](Self::lock2)).
+    pub fn lock<'a>(&'a self, hash: u64, rcu: &'a Rcu) -> Locked<'a, T> {
+        loop {
+            let g = rcu.read_lock();
+            let t = self.table_or_new();
+            match self.lock_in(t, hash, rcu, g) {
+                Ok(l) => return l,
+                Err(Moved) => self.wait_replaced(t),
+            }
+        }
+    }
+
+    /// Like [`lock`](Self::lock), for a thread that already holds a home
+    /// lock ordered before this one: fails with [`Moved`] instead of
+    /// waiting for a resize, and grows nothing.
+    pub fn try_lock<'a>(&'a self, hash: u64, rcu: &'a Rcu) -> Result<Locked<'a, T>, Moved> {
+        let g = rcu.read_lock();
+        let t = self.table_or_new();
+        self.lock_in(t, hash, rcu, g)
+    }
+
+    /// Locks `hash`'s home in `t`. The caller's read section (`guard`)
+    /// keeps `t` allocated; the lock keeps it current; the `Locked` keeps
+    /// both.
+    fn lock_in<'a>(&'a self, t: Table, hash: u64, rcu: &'a Rcu, guard: RcuGuard<'a>) -> Result<Locked<'a, T>, Moved> {
+        let home = t.home(hash);
+        let s = &t.slots()[home];
+        let mut spins = 0;
+        loop {
+            let v = s.load(Ordering::Relaxed);
+            if v & MOVED != 0 {
+                return Err(Moved);
+            }
+            if v & LOCK == 0 {
+                // Acquire: pairs with the previous holder's Release unlock.
+                if s.compare_exchange_weak(v, v | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                    super::audit::shared_writes(1);
+                    preemption_point();
+                    return Ok(Locked { index: self, table: t, home, hash, rcu, shrink: false, _guard: guard });
+                }
+                continue;
+            }
+            wait_unlocked(s, &mut spins);
+        }
+    }
+
+    /// The home locks of two keys, possibly in two indexes, in the lock
+    /// order, retrying whole when the second would wait for a resize. One
+    /// lock (the second `None`) when both keys share it.
+    pub fn lock2<'a>(
+        a: (&'a Index<T>, u64),
+        b: (&'a Index<T>, u64),
+        rcu: &'a Rcu,
+    ) -> (Locked<'a, T>, Option<Locked<'a, T>>) {
+        let swap = (b.0 as *const Index<T> as usize, b.1) < (a.0 as *const Index<T> as usize, a.1);
+        let (first, second) = if swap { (b, a) } else { (a, b) };
+        loop {
+            let l1 = first.0.lock(first.1, rcu);
+            if ptr::eq(first.0, second.0) && l1.table.home(second.1) == l1.home {
+                return (l1, None);
+            }
+            match second.0.try_lock(second.1, rcu) {
+                Ok(l2) => return if swap { (l2, Some(l1)) } else { (l1, Some(l2)) },
+                Err(Moved) => {
+                    drop(l1);
+                    let _g = rcu.read_lock();
+                    let t = second.0.table_or_new();
+                    if t.slots()[t.home(second.1)].load(Ordering::Relaxed) & MOVED != 0 {
+                        second.0.wait_replaced(t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Resizes the table after an insert found it full (the caller holds
+    /// no home lock): to twice the live entries, which drops tombstones
+    /// too. Does nothing if another thread did it meanwhile.
+    pub fn grow(&self, rcu: &Rcu) {
+        let _g = rcu.read_lock();
+        let t = self.table_or_new();
+        let c = t.header().counts.load(Ordering::Relaxed);
+        if (used_of(c) + 1) * 4 > t.capacity() * 3 || t.header().resizing.load(Ordering::Relaxed) != 0 {
+            self.resize(t, bits_for(live_of(c) + 1), rcu);
+        } else {
+            // Full because a cluster ran off the end: more homes.
+            self.resize(t, t.header().bits + 1, rcu);
+        }
+    }
+
+    /// Waits until `t` is no longer the current table.
+    fn wait_replaced(&self, t: Table) {
+        let mut spins = 0;
+        while ptr::eq(self.table.load(Ordering::Acquire), t.0) {
+            if spins < SPIN_LIMIT {
+                spins += 1;
+                spin_hint();
+            } else {
+                park(t.0 as usize, || ptr::eq(self.table.load(Ordering::Acquire), t.0));
+            }
+        }
+    }
+
+    /// Replaces `t` by a table of at least `2^bits` homes holding its
+    /// entries (a grow, a shrink, or a rehash that drops tombstones). If
+    /// another resize of `t` is under way, waits for it instead. The caller
+    /// is in a read section (so `t` is allocated).
+    fn resize(&self, t: Table, bits: u32, rcu: &Rcu) {
+        let h = t.header();
+        if h.resizing.swap(1, Ordering::Acquire) != 0 {
+            self.wait_replaced(t);
+            return;
+        }
+        debug_assert!(ptr::eq(self.table.load(Ordering::Acquire), t.0), "a retired table is never resized");
+        freeze(t);
+        let mut bits = bits.max(MIN_BITS);
+        let n = loop {
+            if let Some(n) = copy::<T>(t, bits) {
+                break n;
+            }
+            // An unlucky cluster ran off the end: twice as many homes.
+            bits += 1;
+        };
+        // Release: publishes the new table's slots and counts.
+        self.table.store(n.0 as *mut Header, Ordering::Release);
+        unpark_all(t.0 as usize);
+        // SAFETY: unreachable for readers that start after the store; freed
+        // only after a grace period.
+        unsafe { retire_table(rcu, t) };
+    }
+
+    /// Frees the table now.
+    ///
+    /// # Safety
+    /// Nothing can reach the index any more, not even an RCU reader.
+    pub unsafe fn clear_now(&self) {
+        let p = self.table.swap(ptr::null_mut(), Ordering::Relaxed);
+        if !p.is_null() {
+            // SAFETY: the caller's contract.
+            unsafe { Table(p).free() };
+        }
+    }
+
+    /// Retires the table through RCU, leaving the index empty: for an
+    /// owner that RCU readers may still reach (a killed directory dentry),
+    /// once no writer can touch the index.
+    pub fn retire(&self, rcu: &Rcu) {
+        let p = self.table.swap(ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: readers that start from now find no table.
+            unsafe { retire_table(rcu, Table(p)) };
+        }
+    }
+}
+
+/// Spins, then parks, while the slot `s` is locked.
+fn wait_unlocked(s: &AtomicUsize, spins: &mut u32) {
+    let v = s.load(Ordering::Relaxed);
+    if v & LOCK == 0 || v & MOVED != 0 {
+        return;
+    }
+    if *spins < SPIN_LIMIT {
+        *spins += 1;
+        spin_hint();
+        return;
+    }
+    if v & PARKED == 0 && s.compare_exchange_weak(v, v | PARKED, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        return;
+    }
+    let addr = s as *const AtomicUsize as usize;
+    park(addr, || s.load(Ordering::Relaxed) & (LOCK | PARKED) == LOCK | PARKED);
+    *spins = 0;
+}
+
+/// Freezes every slot of `t`, in index order: waits for a held home lock to
+/// be released, then sets `MOVED`.
+fn freeze(t: Table) {
+    for s in t.slots() {
+        let mut spins = 0;
+        loop {
+            let v = s.load(Ordering::Relaxed);
+            if v & LOCK != 0 {
+                wait_unlocked(s, &mut spins);
+                continue;
+            }
+            // AcqRel: reads the value the last writer released, so the copy
+            // that follows sees it and what it points to.
+            if s.compare_exchange_weak(v, v | MOVED, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                break;
+            }
+        }
+    }
+}
+
+/// A new table of `2^bits` homes with the entries of the frozen `old`;
+/// `None` if a cluster runs off its end.
+fn copy<T: Indexed>(old: Table, bits: u32) -> Option<Table> {
+    let n = Table::alloc(bits, 0);
+    let nslots = n.slots();
+    let mut live = 0u64;
+    for s in old.slots() {
+        let v = s.load(Ordering::Relaxed);
+        let e = v & PTR;
+        if e == EMPTY || e == TOMBSTONE {
+            continue;
+        }
+        // SAFETY: entries in a table are live (removed before freed), and
+        // their keys are stable (module doc).
+        let hash = unsafe { (*(e as *const T)).index_hash() };
+        let mut i = n.home(hash);
+        while i < nslots.len() && nslots[i].load(Ordering::Relaxed) != EMPTY {
+            i += 1;
+        }
+        if i == nslots.len() {
+            // SAFETY: never published.
+            unsafe { n.free() };
+            return None;
+        }
+        nslots[i].store(e | tag(hash), Ordering::Relaxed);
+        live += 1;
+    }
+    let closed = old.header().counts.load(Ordering::Relaxed) & CLOSED;
+    n.header().counts.store(live * LIVE_ONE + live * USED_ONE + closed, Ordering::Relaxed);
+    Some(n)
+}
+
+/// The smallest table that keeps `n` entries at most half full.
+fn bits_for(n: usize) -> u32 {
+    let mut b = MIN_BITS;
+    while (1usize << b) < n * 2 {
+        b += 1;
+    }
+    b
+}
+
+/// Frees `t` after a grace period.
+///
+/// # Safety
+/// `t` is unreachable for readers that start from now on.
+unsafe fn retire_table(rcu: &Rcu, t: Table) {
+    struct SendTable(Table);
+    // SAFETY: the table is only freed, once, by the callback.
+    unsafe impl Send for SendTable {}
+    let st = SendTable(t);
+    rcu.call_rcu(move || {
+        let st = st;
+        // SAFETY: a grace period has passed since it was unreachable.
+        unsafe { st.0.free() }
+    });
+}
+
+impl<T> Drop for Index<T> {
+    fn drop(&mut self) {
+        let p = self.table.load(Ordering::Relaxed);
+        if !p.is_null() {
+            // SAFETY: the owner is being dropped: no reader or writer left
+            // (owners that readers may still see empty the index through
+            // `retire` first).
+            unsafe { Table(p).free() };
+        }
+    }
+}
+
+/// A held home lock (see the module doc): the right to insert, remove and
+/// replace entries under keys with this home. Released on drop, after
+/// which a shrink it made due runs.
+pub struct Locked<'a, T: Indexed> {
+    index: &'a Index<T>,
+    table: Table,
+    home: usize,
+    hash: u64,
+    rcu: &'a Rcu,
+    /// A remove left the table an eighth full: shrink after unlocking.
+    shrink: bool,
+    /// The read section that keeps `table` allocated (a resize may retire
+    /// it the moment the lock is released).
+    _guard: RcuGuard<'a>,
+}
+
+impl<T: Indexed> Locked<'_, T> {
+    /// Probes for this lock's key, as [`Index::find`] does; under the lock,
+    /// entries of this key neither come nor go.
+    pub fn find<R>(&self, mut f: impl FnMut(&T) -> Probe<R>) -> Option<R> {
+        let slots = self.table.slots();
+        let want = tag(self.hash);
+        let mut i = self.home;
+        while i < slots.len() {
+            let v = slots[i].load(Ordering::Acquire);
+            let e = v & PTR;
+            if e == EMPTY {
+                return None;
+            }
+            if e != TOMBSTONE && v & !(PTR | FLAGS) == want {
+                // SAFETY: entries in the table are live; keys of this home
+                // are not removed while we hold it.
+                if let Probe::Stop(r) = f(unsafe { &*(e as *const T) }) {
+                    return Some(r);
+                }
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Inserts `p` under this lock's key. The caller has checked (under this
+    /// lock) that the key is absent, and `p`'s `index_hash` is the key's.
+    pub fn insert(&mut self, p: *const T) -> Result<(), InsertError> {
+        let w = word(p as *const (), self.hash);
+        let h = self.table.header();
+        // Reserve first, unless closed or three quarters used (see the
+        // counts word).
+        let mut c = h.counts.load(Ordering::Relaxed);
+        loop {
+            if c & CLOSED != 0 {
+                return Err(InsertError::Closed);
+            }
+            if (used_of(c) + 1) * 4 > self.table.capacity() * 3 {
+                return Err(InsertError::Full);
+            }
+            match h.counts.compare_exchange_weak(c, c + LIVE_ONE, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(x) => c = x,
+            }
+        }
+        let slots = self.table.slots();
+        let mut i = self.home;
+        while i < slots.len() {
+            let v = slots[i].load(Ordering::Relaxed);
+            let e = v & PTR;
+            if e == EMPTY || e == TOMBSTONE {
+                preemption_point();
+                // Keep the slot's own lock bits (it may be another key's
+                // home). It cannot be MOVED: a resize stops at our home.
+                debug_assert!(v & MOVED == 0);
+                // Release: publishes the entry's initialized fields.
+                if slots[i].compare_exchange(v, (v & (LOCK | PARKED)) | w, Ordering::Release, Ordering::Relaxed).is_ok()
+                {
+                    super::audit::shared_writes(1);
+                    if e == EMPTY {
+                        h.counts.fetch_add(USED_ONE, Ordering::Relaxed);
+                    }
+                    return Ok(());
+                }
+                continue; // another writer took it, or a lock bit changed
+            }
+            i += 1;
+        }
+        h.counts.fetch_sub(LIVE_ONE, Ordering::Relaxed);
+        Err(InsertError::Full)
+    }
+
+    fn slot_of(&self, p: *const T) -> Option<&AtomicUsize> {
+        let slots = self.table.slots();
+        let mut i = self.home;
+        while i < slots.len() {
+            let v = slots[i].load(Ordering::Relaxed);
+            if v & PTR == p as usize {
+                return Some(&slots[i]);
+            }
+            if v & PTR == EMPTY {
+                return None;
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Removes `p`, inserted under this lock's key. `false` if it is not in
+    /// the table.
+    pub fn remove(&mut self, p: *const T) -> bool {
+        let Some(s) = self.slot_of(p) else { return false };
+        preemption_point();
+        // Only its key's writers (we hold their lock) change this value;
+        // other bits may change (a lock of another home, PARKED).
+        let mut v = s.load(Ordering::Relaxed);
+        loop {
+            // Release: readers that see the tombstone see what came before.
+            match s.compare_exchange_weak(v, (v & (LOCK | PARKED)) | TOMBSTONE, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(x) => v = x,
+            }
+        }
+        super::audit::shared_writes(1);
+        let h = self.table.header();
+        let c = h.counts.fetch_sub(LIVE_ONE, Ordering::Relaxed) - LIVE_ONE;
+        if live_of(c) * 8 < self.table.capacity() && self.table.header().bits > MIN_BITS {
+            self.shrink = true;
+        }
+        true
+    }
+
+    /// Puts `new` in `old`'s slot: one store, so that a lookup of the key
+    /// finds one or the other, never neither (a rename over a name).
+    /// `new`'s key is `old`'s. `false` if `old` is not in the table.
+    pub fn replace(&mut self, old: *const T, new: *const T) -> bool {
+        let Some(s) = self.slot_of(old) else { return false };
+        let w = word(new as *const (), self.hash);
+        let mut v = s.load(Ordering::Relaxed);
+        loop {
+            // Release: publishes `new`'s fields to readers.
+            match s.compare_exchange_weak(v, (v & (LOCK | PARKED)) | w, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(x) => v = x,
+            }
+        }
+        super::audit::shared_writes(1);
+        true
+    }
+}
+
+impl<T: Indexed> Drop for Locked<'_, T> {
+    fn drop(&mut self) {
+        let s = &self.table.slots()[self.home];
+        super::audit::shared_writes(1);
+        // Release: pairs with the next holder's Acquire, and with a
+        // resizer's freezing CAS.
+        if s.fetch_and(!LOCK, Ordering::Release) & PARKED != 0 {
+            let addr = s as *const AtomicUsize as usize;
+            unpark_one(addr, |more| {
+                if !more {
+                    s.fetch_and(!PARKED, Ordering::Relaxed);
+                }
+            });
+        }
+        // Still in our read section: `table` stays allocated even if a
+        // resize replaced it since the unlock.
+        if self.shrink && self.index.current() == Some(self.table) {
+            let live = live_of(self.table.header().counts.load(Ordering::Relaxed));
+            self.index.resize(self.table, bits_for(live.max(1)), self.rcu);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU64 as StdU64, Ordering as O};
+    use std::sync::Arc;
+
+    /// A test entry: a key and its hash (a multiplicative mix, nonzero).
+    #[derive(Debug)]
+    struct E {
+        key: u64,
+        hash: u64,
+    }
+
+    impl Indexed for E {
+        fn index_hash(&self) -> u64 {
+            self.hash
+        }
+    }
+
+    fn h(key: u64) -> u64 {
+        let x = key.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (x ^ (x >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9) | 1
+    }
+
+    fn entry(key: u64) -> *const E {
+        Box::into_raw(Box::new(E { key, hash: h(key) }))
+    }
+
+    fn find(ix: &Index<E>, rcu: &Rcu, key: u64) -> Option<u64> {
+        let g = rcu.read_lock();
+        ix.find(&g, h(key), |e| if e.key == key { Probe::Stop(e.key) } else { Probe::Skip })
+    }
+
+    fn insert(ix: &Index<E>, rcu: &Rcu, p: *const E) {
+        // SAFETY: test entries are leaked or freed after the index.
+        let hash = unsafe { (*p).hash };
+        loop {
+            let mut l = ix.lock(hash, rcu);
+            match l.insert(p) {
+                Ok(()) => return,
+                Err(InsertError::Full) => {
+                    drop(l);
+                    ix.grow(rcu);
+                }
+                Err(InsertError::Closed) => panic!("closed"),
+            }
+        }
+    }
+
+    fn remove(ix: &Index<E>, rcu: &Rcu, p: *const E) -> bool {
+        // SAFETY: as above.
+        let mut l = ix.lock(unsafe { (*p).hash }, rcu);
+        l.remove(p)
+    }
+
+    #[test]
+    fn grows_shrinks_and_finds_every_key() {
+        let rcu = Rcu::new();
+        let ix = Index::<E>::new();
+        let n = if cfg!(miri) { 300 } else { 100_000 };
+        let es: Vec<_> = (0..n).map(entry).collect();
+        for &p in &es {
+            insert(&ix, &rcu, p);
+        }
+        assert_eq!(ix.len(&rcu.read_lock()), n as usize);
+        for k in 0..n {
+            assert_eq!(find(&ix, &rcu, k), Some(k));
+        }
+        assert_eq!(find(&ix, &rcu, n + 7), None);
+        let big = ix.table_bytes(&rcu.read_lock());
+        for &p in &es[..(n as usize - 10)] {
+            assert!(remove(&ix, &rcu, p));
+        }
+        assert_eq!(ix.len(&rcu.read_lock()), 10);
+        let small = ix.table_bytes(&rcu.read_lock());
+        assert!(small < big / 100, "shrank: {small} of {big} bytes");
+        for k in 0..n {
+            assert_eq!(find(&ix, &rcu, k).is_some(), k >= n - 10);
+        }
+        drop(ix);
+        rcu.synchronize();
+        for p in es {
+            // SAFETY: the index is gone and a grace period has passed.
+            drop(unsafe { Box::from_raw(p as *mut E) });
+        }
+    }
+
+    #[test]
+    fn replace_keeps_the_key_findable_and_close_refuses_inserts() {
+        let rcu = Rcu::new();
+        let ix = Index::<E>::new();
+        let a = entry(1);
+        let b = Box::into_raw(Box::new(E { key: 1, hash: h(1) })) as *const E;
+        insert(&ix, &rcu, a);
+        {
+            let mut l = ix.lock(h(1), &rcu);
+            assert!(l.replace(a, b));
+            assert!(!l.replace(a, b), "a is gone");
+        }
+        let g = rcu.read_lock();
+        let found = ix.find(&g, h(1), |e| Probe::Stop(e as *const E));
+        assert_eq!(found, Some(b));
+        drop(g);
+        assert!(!ix.close_if_empty(&rcu), "not empty");
+        assert!(remove(&ix, &rcu, b));
+        assert!(ix.close_if_empty(&rcu));
+        assert!(ix.is_closed(&rcu.read_lock()));
+        let c = entry(2);
+        assert_eq!(ix.lock(h(2), &rcu).insert(c), Err(InsertError::Closed));
+        drop(ix);
+        rcu.synchronize();
+        for p in [a, b, c] {
+            // SAFETY: unreachable now.
+            drop(unsafe { Box::from_raw(p as *mut E) });
+        }
+    }
+
+    #[test]
+    fn a_cursor_by_key_returns_each_entry_once_in_order() {
+        let rcu = Rcu::new();
+        let ix = Index::<E>::new();
+        let n = if cfg!(miri) { 200 } else { 5_000 };
+        let es: Vec<_> = (0..n).map(entry).collect();
+        for &p in &es {
+            insert(&ix, &rcu, p);
+        }
+        let mut seen = Vec::new();
+        let mut after = 0;
+        loop {
+            let g = rcu.read_lock();
+            let mut out = Vec::new();
+            if !ix.scan_after(&g, after, 37, &mut out) {
+                break;
+            }
+            assert!(out.windows(2).all(|w| w[0].0 <= w[1].0), "sorted");
+            assert!(out[0].0 > after);
+            after = out.last().unwrap().0;
+            seen.extend(out.iter().map(|&(_, e)| e.key));
+        }
+        seen.sort();
+        assert_eq!(seen, (0..n).collect::<Vec<_>>());
+        drop(ix);
+        rcu.synchronize();
+        for p in es {
+            // SAFETY: unreachable now.
+            drop(unsafe { Box::from_raw(p as *mut E) });
+        }
+    }
+
+    /// Readers look up keys that stay in the index the whole time, while
+    /// writers insert and remove many others (forcing grows, shrinks and
+    /// rehashes), and a third thread replaces entries of a stable key: no
+    /// lookup of a stable key may miss.
+    #[test]
+    fn stable_keys_are_never_missed_while_others_churn_and_resize() {
+        let rcu = Arc::new(Rcu::new());
+        let ix = Arc::new(Index::<E>::new());
+        let stable: Vec<u64> = (0..64).collect();
+        for &k in &stable {
+            insert(&ix, &rcu, entry(k));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let misses = Arc::new(StdU64::new(0));
+        let lookups = Arc::new(StdU64::new(0));
+        let rounds = if cfg!(miri) { 3 } else { 300 };
+        let mut ts = Vec::new();
+        for w in 0..2u64 {
+            let (ix, rcu) = (ix.clone(), rcu.clone());
+            ts.push(std::thread::spawn(move || {
+                for r in 0..rounds {
+                    // Grow to a few thousand, then shrink back to the stable set.
+                    let base = 1_000_000 * (w + 1) + r * 10_000;
+                    let n = if cfg!(miri) { 20 } else { 2_000 };
+                    let es: Vec<_> = (base..base + n).map(entry).collect();
+                    for &p in &es {
+                        insert(&ix, &rcu, p);
+                    }
+                    for &p in &es {
+                        assert!(remove(&ix, &rcu, p));
+                    }
+                    for p in es {
+                        struct S(*const E);
+                        // SAFETY: freed once, by the callback.
+                        unsafe impl Send for S {}
+                        let s = S(p);
+                        rcu.call_rcu(move || {
+                            let s = s;
+                            // SAFETY: removed; a grace period has passed.
+                            drop(unsafe { Box::from_raw(s.0 as *mut E) });
+                        });
+                    }
+                }
+            }));
+        }
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (ix, rcu, stop, misses, lookups) =
+                    (ix.clone(), rcu.clone(), stop.clone(), misses.clone(), lookups.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(O::Relaxed) {
+                        for k in 0..64 {
+                            if find(&ix, &rcu, k) != Some(k) {
+                                misses.fetch_add(1, O::Relaxed);
+                            }
+                        }
+                        lookups.fetch_add(64, O::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        stop.store(true, O::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+        assert!(lookups.load(O::Relaxed) > 0);
+        assert_eq!(misses.load(O::Relaxed), 0, "a stable key was missed");
+        assert_eq!(ix.len(&rcu.read_lock()), 64);
+    }
+}
