@@ -6,12 +6,12 @@
 //! | lock / protocol        | protects                                          |
 //! |------------------------|---------------------------------------------------|
 //! | `Inode::attrs` (seqlock) | every attribute field; writers hold its lock    |
-//! | `Inode::dir_lock`      | a directory's entries while a name in it is looked up in the filesystem, created, removed or renamed (Linux `i_rwsem`) |
 //! | `InodeTable::map`      | the ino -> inode map and the 0 <-> 1 transitions of `refs` |
 //! | `InodeTable::list`'s locks | the superblock's inode list (one lock, or one per shard; see `sync::list_batch`) |
 //!
-//! Order: `dir_lock`s (see `vfs.rs` for their order among themselves), then
-//! the dcache's `tree_lock`, then `InodeTable::map`, then `attrs`' lock.
+//! Order: the dcache's locks (see `dcache`), then `InodeTable::map`, then
+//! `attrs`' lock. (Namespace changes are serialized per name by the
+//! dcache's name locks; no lock covers a whole directory.)
 //! The list's locks are leaves, taken with no other inode lock held. A
 //! filesystem's own locks come after all of these: `iget` asks the
 //! filesystem for a new inode's symlink target and page cache under `map`,
@@ -84,7 +84,6 @@ pub(crate) struct Inode {
     /// A regular file's page cache, when its filesystem keeps one: the
     /// file's size and blocks are read from it.
     pub data: OnceLock<Arc<PageCache>>,
-    pub dir_lock: Mutex<()>,
     refs: AtomicUsize,
     nlookup: AtomicU64,
     /// Membership of the superblock's inode list.
@@ -119,7 +118,6 @@ impl Inode {
             link: OnceLock::new(),
             data: OnceLock::new(),
             aliases: Mutex::new(Vec::new()),
-            dir_lock: Mutex::new(()),
             refs: AtomicUsize::new(0),
             nlookup: AtomicU64::new(0),
             sb: Node::new(a.ino),

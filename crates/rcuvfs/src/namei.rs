@@ -325,8 +325,9 @@ impl Dcache {
         if let Some(d) = self.lookup_cached(dir, name)? {
             return Ok(d);
         }
-        let dir_inode = dir.inode().expect("walk holds a positive directory");
-        let _l = dir_inode.dir_lock.lock();
+        // A miss: the name's lock, so that parallel lookups of one missing
+        // name make one filesystem call (the others find its result).
+        let _n = self.names.lock(crate::dcache::name_hash(dir, name));
         self.lookup_locked(dir, name)
     }
 
@@ -348,8 +349,8 @@ impl Dcache {
         Ok(Some(d))
     }
 
-    /// Like [`lookup_ref`](Self::lookup_ref), for a caller that holds
-    /// `dir`'s directory lock: the answer cannot change until it lets go.
+    /// Like [`lookup_ref`](Self::lookup_ref), for a caller that holds the
+    /// name's name lock: the answer cannot change until it lets go.
     pub(crate) fn lookup_locked<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<DRef<'a>> {
         if let Some(d) = self.lookup_cached(dir, name)? {
             return Ok(d);

@@ -12,13 +12,14 @@
 //! | lock                    | held over                                              |
 //! |-------------------------|--------------------------------------------------------|
 //! | `Shared::global`        | the whole operation, in the `global` mode only          |
-//! | `Shared::rename_mutex`  | a rename between two directories (`s_vfs_rename_mutex`), and a mount: the tree's shape cannot change while ancestry checks (`Dcache::is_ancestor`) run |
-//! | `Inode::dir_lock`       | a directory while a name in it is created, removed, renamed, or looked up in the filesystem; a mountpoint while a mount is attached on it (`lock_mount`) |
+//! | `Dcache::rename_mutex`  | a rename between two directories (`s_vfs_rename_mutex`), and a mount: the tree's shape cannot change while ancestry checks (`Dcache::is_ancestor`) run |
+//! | name locks (`Dcache::names`) | one name in one directory while it is created, removed, renamed, or looked up in the filesystem; a mountpoint's name while a mount is attached on it (`lock_mount`) |
 //! | `Namespace::lock`       | the mount tree (see `mount`)                            |
 //!
-//! Order: `global`, then `rename_mutex`, then directory locks (an ancestor
-//! before its descendant; unrelated directories by address), then the
-//! namespace lock, then the dcache's own locks (see `dcache`).
+//! Order: `global`, then `rename_mutex`, then name locks (two in stripe
+//! order), then the namespace lock, then the dcache's own locks (see
+//! `dcache`). No lock covers a whole directory: creates, removes and
+//! renames of different names in one directory run in parallel.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
@@ -27,7 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
-use crate::dcache::{DRef, Dcache, Dentry, LiveCounters};
+use crate::dcache::names::NameGuard;
+use crate::dcache::{name_hash, DRef, Dcache, DcacheOptions, Dentry, LiveCounters};
 use crate::error::{
     errno_of, fail, Result, EACCES, EBUSY, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT, ENOTDIR, ENOTEMPTY, EPERM, EXDEV,
 };
@@ -47,7 +49,6 @@ pub(crate) struct Shared {
     pub mode: RefMode,
     pub atime: AtimePolicy,
     global: Mutex<()>,
-    rename_mutex: Mutex<()>,
 }
 
 impl Shared {
@@ -173,20 +174,15 @@ impl VfsBuilder {
         let dcache_target = fs.inode_budget().map_or(self.dcache_target, |b| self.dcache_target.min(b.max(16)));
         let dc = Dcache::new(
             fs.clone(),
-            self.buckets,
-            self.layout == Layout::Packed,
-            self.mode.locks_every_reference(),
-            self.inode_list,
-            dcache_target,
-            self.negative_dentries.unwrap_or(dcache_target / 4),
+            DcacheOptions {
+                packed: self.layout == Layout::Packed,
+                lock_only: self.mode.locks_every_reference(),
+                list: self.inode_list,
+                target: dcache_target,
+                negative_target: self.negative_dentries.unwrap_or(dcache_target / 4),
+            },
         )?;
-        let shared = Shared {
-            dc,
-            mode: self.mode,
-            atime: self.memfs.atime,
-            global: Mutex::new(()),
-            rename_mutex: Mutex::new(()),
-        };
+        let shared = Shared { dc, mode: self.mode, atime: self.memfs.atime, global: Mutex::new(()) };
         let shared = Arc::new(shared);
         attach(&shared, &fs);
         Ok(Vfs { shared, cred: Arc::new(Cred::root()), cwd: None, umask: self.umask })
@@ -486,27 +482,9 @@ enum Mounted<'e> {
     Bind(&'e Entry, bool),
 }
 
-/// Locks two directories for a rename in the order of the lock table:
-/// ancestor first, unrelated ones by address.
-fn lock_two<'a>(dc: &Dcache, a: &'a Dentry, b: &'a Dentry) -> (MutexGuard<'a, ()>, Option<MutexGuard<'a, ()>>) {
-    let (ia, ib) = (a.inode().expect("dir"), b.inode().expect("dir"));
-    if std::ptr::eq(a, b) {
-        return (ia.dir_lock.lock(), None);
-    }
-    let a_first = if dc.is_ancestor(a, b) {
-        true
-    } else if dc.is_ancestor(b, a) {
-        false
-    } else {
-        (a as *const Dentry) < (b as *const Dentry)
-    };
-    if a_first {
-        let g = ia.dir_lock.lock();
-        (g, Some(ib.dir_lock.lock()))
-    } else {
-        let g = ib.dir_lock.lock();
-        (g, Some(ia.dir_lock.lock()))
-    }
+/// The name lock of `name` in `dir`.
+fn lock_name<'a>(dc: &'a Dcache, dir: &Dentry, name: &[u8]) -> NameGuard<'a> {
+    dc.names.lock(name_hash(dir as *const Dentry, name))
 }
 
 impl Vfs {
@@ -947,7 +925,7 @@ impl Vfs {
         let Last::Normal(name) = p.last else {
             return fail(EEXIST);
         };
-        let _l = p.dir.inode().expect("positive directory").dir_lock.lock();
+        let _l = lock_name(dc, &p.dir, name);
         let existing = dc.lookup_locked(&p.dir, name)?;
         if existing.inode().is_some() {
             return fail(EEXIST);
@@ -1098,7 +1076,7 @@ impl Vfs {
         let Last::Normal(name) = p.last else {
             return fail(EEXIST);
         };
-        let _l = p.dir.inode().expect("positive directory").dir_lock.lock();
+        let _l = lock_name(dc, &p.dir, name);
         let existing = dc.lookup_locked(&p.dir, name)?;
         if existing.inode().is_some() {
             return fail(EEXIST);
@@ -1170,7 +1148,7 @@ impl Vfs {
             return fail(EISDIR);
         };
         let dir_inode = p.dir.inode().expect("positive directory");
-        let _l = dir_inode.dir_lock.lock();
+        let _l = lock_name(dc, &p.dir, name);
         let victim = dc.lookup_locked(&p.dir, name)?;
         let Some(vi) = victim.inode() else {
             return fail(ENOENT);
@@ -1210,29 +1188,25 @@ impl Vfs {
             Last::Root => return fail(EBUSY),
         };
         let dir_inode = p.dir.inode().expect("positive directory");
-        let _l = dir_inode.dir_lock.lock();
+        // The victim's name: nothing is mounted on it meanwhile (`mount_on`
+        // takes it too). Names created in the victim meanwhile are the
+        // filesystem's to refuse: its rmdir checks emptiness and marks the
+        // directory removed in one step.
+        let _l = lock_name(dc, &p.dir, name);
         let victim = dc.lookup_locked(&p.dir, name)?;
         let Some(vi) = victim.inode() else {
             return fail(ENOENT);
         };
         self.may_delete(&p.dir, &victim, true)?;
-        if victim.is_root() {
-            return fail(EBUSY);
-        }
-        // The victim's own lock: no name is created in it meanwhile, and
-        // nothing is mounted on it (`mount_on` holds it too).
-        let victim_lock = vi.dir_lock.lock();
-        if victim.is_mountpoint() {
+        if victim.is_root() || victim.is_mountpoint() {
             return fail(EBUSY);
         }
         let fs = dir_inode.fs();
         fs.rmdir(dir_inode.ino, name)?;
         vi.refresh(fs);
         dir_inode.refresh(fs);
-        // Unlock before d_delete: it may drop the inode's last reference,
-        // and with no reader about the inode is freed at once. (The fuzzer,
-        // under AddressSanitizer, caught an unlock of a freed inode here.)
-        drop(victim_lock);
+        // Its cached misses go with it (`shrink_dcache_parent`).
+        dc.shrink_tree(&victim);
         dc.d_delete(&victim);
         Ok(())
     }
@@ -1332,11 +1306,23 @@ impl Vfs {
         if !d.is_dir() {
             return fail(ENOTDIR);
         }
-        // The rename mutex before the directory lock (the lock order): a
+        // The rename mutex before the name lock (the lock order): a
         // recursive bind asks which mounts lie under its source
         // (`is_ancestor`), which needs the tree's shape to hold still.
-        let _rm = self.shared.rename_mutex.lock();
-        let _l = d.inode().expect("positive").dir_lock.lock();
+        let _rm = dc.rename_mutex.lock();
+        // The mountpoint's name, so that an rmdir cannot slip in between
+        // (`lock_mount`). A same-directory rename may still move it before
+        // we hold it: look again after locking.
+        let _l = loop {
+            if d.is_root() {
+                break None;
+            }
+            let h = dc.name_hash_of(&d);
+            let l = dc.names.lock(h);
+            if dc.name_hash_of(&d) == h {
+                break Some(l);
+            }
+        };
         if !d.is_hashed() && !d.is_root() {
             return fail(ENOENT); // removed since the walk
         }
@@ -1429,8 +1415,8 @@ impl Vfs {
             return fail(if flags.noreplace { EEXIST } else { EBUSY });
         };
         let cross = !std::ptr::eq(op.dir.ptr(), np.dir.ptr());
-        let _rm = cross.then(|| self.shared.rename_mutex.lock());
-        let _locks = lock_two(dc, &op.dir, &np.dir);
+        let _rm = cross.then(|| dc.rename_mutex.lock());
+        let _locks = dc.names.lock2(name_hash(op.dir.ptr(), old_name), name_hash(np.dir.ptr(), new_name));
         let src = dc.lookup_locked(&op.dir, old_name)?;
         let Some(si) = src.inode() else {
             return fail(ENOENT);
@@ -1629,7 +1615,7 @@ impl Vfs {
             return fail(EISDIR);
         }
         let dir_inode = p.dir.inode().expect("positive directory");
-        let l = dir_inode.dir_lock.lock();
+        let l = lock_name(dc, &p.dir, name);
         let existing = dc.lookup_locked(&p.dir, name)?;
         if let Some(ei) = existing.inode() {
             if opts.create_new {

@@ -36,10 +36,10 @@ fn insert(ix: &Index<E>, rcu: &Rcu, p: usize) -> bool {
     let e = unsafe { &*(p as *const E) };
     loop {
         let mut l = ix.lock(e.hash, rcu);
-        if l.find(|x| if x.key == e.key { Probe::Stop(()) } else { Probe::Skip }).is_some() {
+        if l.find(e.hash, |x| if x.key == e.key { Probe::Stop(()) } else { Probe::Skip }).is_some() {
             return false; // already there
         }
-        match l.insert(p as *const E) {
+        match l.insert(p as *const E, e.hash) {
             Ok(()) => return true,
             Err(InsertError::Full) => {
                 drop(l);
@@ -118,7 +118,7 @@ fn loom_remove_vs_resize() {
             let (ix, rcu) = (ix.clone(), rcu.clone());
             thread::spawn(move || {
                 let mut l = ix.lock(h(2), &rcu);
-                assert!(l.remove(victim as *const E));
+                assert!(l.remove(victim as *const E, h(2)));
             })
         };
         let inserter = {

@@ -2,8 +2,8 @@
 //! rcu facade's loom stand-in defers every free to the end of the model).
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p rcuvfs --lib --release loom_`.
 //!
-//! One hash bucket, so that every dentry shares the chain the reader walks.
-//! Each reader starts with a `yield_now`: without a scheduling point there,
+//! The root's children share one small index, so writers and readers meet
+//! in it. Each reader starts with a `yield_now`: without a scheduling point there,
 //! loom's exploration never runs the writer first (measured: 1 execution
 //! instead of 188 for the rename model, and a removed `HASHED` check went
 //! unnoticed).
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use loom::thread;
 
-use super::Dcache;
+use super::{Dcache, DcacheOptions};
 use crate::cred::Cred;
 use crate::error::{fail, Result, ENOENT};
 use crate::fs::{Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, StatFs, Timespec, WritePos};
@@ -95,7 +95,18 @@ impl FileSystem for Stub {
 }
 
 fn cache() -> Arc<Dcache> {
-    Arc::new(Dcache::new(Arc::new(Stub), 1, false, false, Default::default(), 1 << 20, 1 << 18).unwrap())
+    cache_over(Arc::new(Stub))
+}
+
+fn cache_over(fs: Arc<dyn FileSystem>) -> Arc<Dcache> {
+    let o = DcacheOptions {
+        packed: false,
+        lock_only: false,
+        list: Default::default(),
+        target: 1 << 20,
+        negative_target: 1 << 18,
+    };
+    Arc::new(Dcache::new(fs, o).unwrap())
 }
 
 /// Adds `name` -> file `ino` under the root, and leaves it cached, unused.
@@ -260,16 +271,15 @@ fn hold(dc: &Dcache, name: &[u8]) -> Held {
     Held(dc.d_lookup(dc.root(), name).expect("cached").into_raw() as usize)
 }
 
-/// The state every model must leave: the LRU is a well-linked list of
-/// live dentries, each flagged `ON_LRU`; the tree holds exactly as many
-/// dentries as the counter says, none of them dead.
+/// The state every model must leave: every LRU list is a well-linked list
+/// of live dentries, each flagged `ON_LRU`; the tree (found through the
+/// indexes) holds exactly as many dentries as the counter says, none dead.
 fn check_cache(dc: &Dcache) {
-    use super::{ON_LRU, ROOT};
+    use super::dentry::{Dentry, ON_LRU};
     use crate::sync::lockref::DEAD;
-    {
-        let lru = dc.lru.lock();
-        let mut prev: *const super::Dentry = std::ptr::null();
-        let mut p = lru.head;
+    dc.lrus.for_each_locked(|head, tail| {
+        let mut prev: *const Dentry = std::ptr::null();
+        let mut p = head;
         while !p.is_null() {
             // SAFETY: the stand-in frees nothing before the model ends;
             // `check_live` says whether the real build could have.
@@ -277,31 +287,24 @@ fn check_cache(dc: &Dcache) {
             d.check_live();
             assert!(d.flags.load(loom::sync::atomic::Ordering::SeqCst) & ON_LRU != 0, "on the LRU without ON_LRU");
             assert_ne!(d.lockref().count_hint(), DEAD, "a dead dentry on the LRU");
-            // SAFETY: the LRU lock is held.
-            let l = unsafe { &*d.lru.get() };
-            assert_eq!(l.prev, prev, "a broken LRU back link");
+            // SAFETY: the shard's lock is held.
+            let (pv, nx) = unsafe { super::lru::lru_next(d) };
+            assert_eq!(pv, prev, "a broken LRU back link");
             prev = p;
-            p = l.next;
+            p = nx;
         }
-        assert_eq!(lru.tail, prev, "a broken LRU tail");
-    }
-    let _t = dc.tree_lock.lock();
+        assert_eq!(tail, prev, "a broken LRU tail");
+    });
+    let g = dc.rcu.read_lock();
     let mut n = 0;
-    let mut stack = vec![dc.root as *const super::Dentry];
-    while let Some(x) = stack.pop() {
-        // SAFETY: tree members are live (tree_lock held).
-        let d = unsafe { &*x };
+    let mut stack = vec![dc.root()];
+    while let Some(d) = stack.pop() {
         d.check_live();
-        assert!(d.lockref().count_hint() >= 0 || d.flags.load(loom::sync::atomic::Ordering::SeqCst) & ROOT != 0);
+        assert!(d.lockref().count_hint() >= 0, "a dead dentry in the tree");
         n += 1;
-        // SAFETY: tree_lock held.
-        let mut c = unsafe { d.links().first_child };
-        while !c.is_null() {
-            stack.push(c);
-            // SAFETY: as above.
-            c = unsafe { (*c).links().next_sibling };
-        }
+        d.children.for_each(&g, |c| stack.push(c));
     }
+    drop(g);
     assert_eq!(dc.counters.dentries(), n, "the dentry counter disagrees with the tree");
 }
 
@@ -382,7 +385,7 @@ fn loom_dput_vs_lru_shrinker() {
         |dc| {
             // `x` stays on the LRU while held (lazy removal); clear its bit.
             let x = dc.d_lookup(dc.root(), b"x").expect("cached");
-            x.flags.fetch_and(!super::REFERENCED, loom::sync::atomic::Ordering::SeqCst);
+            x.flags.fetch_and(!super::dentry::REFERENCED, loom::sync::atomic::Ordering::SeqCst);
         },
     );
 }
@@ -430,6 +433,91 @@ fn loom_dget_parent_vs_rename_and_kill() {
         };
         walker.join().unwrap();
         killer.join().unwrap();
+        check_cache(&dc);
+    });
+}
+
+/// memfs-like stub whose every name is a file, counting lookups.
+struct Counting(loom::sync::atomic::AtomicUsize);
+
+impl FileSystem for Counting {
+    fn root(&self) -> Ino {
+        1
+    }
+    fn lookup(&self, _: Ino, _: &[u8]) -> Result<Attr> {
+        self.0.fetch_add(1, loom::sync::atomic::Ordering::SeqCst);
+        Ok(attr(20))
+    }
+    fn forget(&self, _: Ino, _: u64) {}
+    fn getattr(&self, ino: Ino) -> Result<Attr> {
+        Ok(attr(ino))
+    }
+    fn setattr(&self, ino: Ino, _: &SetAttr) -> Result<Attr> {
+        Ok(attr(ino))
+    }
+    fn create(&self, _: Ino, _: &[u8], _: u32, _: Owner) -> Result<Attr> {
+        fail(ENOENT)
+    }
+    fn mkdir(&self, _: Ino, _: &[u8], _: u32, _: Owner) -> Result<Attr> {
+        fail(ENOENT)
+    }
+    fn mknod(&self, _: Ino, _: &[u8], _: FileType, _: u32, _: u64, _: Owner) -> Result<Attr> {
+        fail(ENOENT)
+    }
+    fn symlink(&self, _: Ino, _: &[u8], _: &[u8], _: Owner) -> Result<Attr> {
+        fail(ENOENT)
+    }
+    fn link(&self, _: Ino, _: Ino, _: &[u8]) -> Result<Attr> {
+        fail(ENOENT)
+    }
+    fn unlink(&self, _: Ino, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    fn rmdir(&self, _: Ino, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    fn rename(&self, _: Ino, _: &[u8], _: Ino, _: &[u8], _: RenameFlags) -> Result<()> {
+        Ok(())
+    }
+    fn readlink(&self, _: Ino) -> Result<Vec<u8>> {
+        fail(ENOENT)
+    }
+    fn readdir(&self, _: Ino, _: u64) -> Result<Vec<DirEntry>> {
+        Ok(Vec::new())
+    }
+    fn read(&self, _: Ino, _: u64, _: &mut [u8]) -> Result<usize> {
+        Ok(0)
+    }
+    fn write(&self, _: Ino, _: WritePos, _: &[u8]) -> Result<u64> {
+        Ok(0)
+    }
+    fn statfs(&self) -> Result<StatFs> {
+        Ok(StatFs::default())
+    }
+}
+
+/// Parallel lookups of one missing name (`d_alloc_parallel`'s purpose):
+/// the name lock hands the first one's answer to the other, so the
+/// filesystem is asked once, and both get the same dentry.
+#[test]
+fn loom_parallel_lookups_make_one_filesystem_call() {
+    model(|| {
+        let fs = Arc::new(Counting(loom::sync::atomic::AtomicUsize::new(0)));
+        let dc = cache_over(fs.clone());
+        let ts: Vec<_> = (0..2)
+            .map(|_| {
+                let dc = dc.clone();
+                thread::spawn(move || {
+                    thread::yield_now();
+                    let d = dc.lookup_ref(dc.root(), b"x").expect("found");
+                    d.inode().map(|i| i.ino)
+                })
+            })
+            .collect();
+        for t in ts {
+            assert_eq!(t.join().unwrap(), Some(20));
+        }
+        assert_eq!(fs.0.load(loom::sync::atomic::Ordering::SeqCst), 1, "the filesystem was asked twice");
         check_cache(&dc);
     });
 }

@@ -374,6 +374,31 @@ impl<T: Indexed> Index<T> {
         out.len() > start
     }
 
+    /// Where `p` sits, for a failed check's report: its slot, the home of
+    /// `hash`, the tag there and the probe's view of the slots between.
+    pub fn describe(&self, _guard: &RcuGuard<'_>, p: *const T, hash: u64) -> String {
+        let Some(t) = self.current() else { return "no table".into() };
+        let slots = t.slots();
+        let home = t.home(hash);
+        let pos = slots.iter().position(|s| s.load(Ordering::Acquire) & PTR == p as usize);
+        let view: Vec<String> = match pos {
+            Some(pos) => (home.min(pos)..=pos.max(home).min(slots.len() - 1))
+                .map(|i| {
+                    let v = slots[i].load(Ordering::Acquire);
+                    format!("{i}:{:#x}/{:x}", v >> TAG_SHIFT, v & !PTR & FLAGS | (v & PTR).min(TOMBSTONE))
+                })
+                .collect(),
+            None => vec![],
+        };
+        format!(
+            "bits {} len {} home {home} at {pos:?} want tag {:#x}: {}",
+            t.header().bits,
+            slots.len(),
+            tag(hash) >> TAG_SHIFT,
+            view.join(" ")
+        )
+    }
+
     /// Live entries (a hint: exact only while no writer runs). Like every
     /// read of a table, inside a read section.
     pub fn len(&self, _guard: &RcuGuard<'_>) -> usize {
@@ -411,13 +436,53 @@ impl<T: Indexed> Index<T> {
                 self.wait_replaced(t);
                 continue;
             }
-            // Relaxed: the flag is read by inserts' reservation CAS on this
-            // same word; a resize that starts after this copies it (it reads
-            // the counts after freezing every slot, and the reservation of
-            // any insert it waits for comes first).
-            if h.counts.compare_exchange(c, c | CLOSED, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            // SeqCst: as in `set_closed`, against a resize that copies the
+            // counts; inserts' reservations are CASes on this same word.
+            if h.counts.compare_exchange(c, c | CLOSED, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+                if self.current() == Some(t) && h.resizing.load(Ordering::SeqCst) == 0 {
+                    return true;
+                }
+                // A resize may have copied the counts before our flag: set
+                // it again in whatever table is current.
                 let _ = rcu;
-                return true;
+                continue;
+            }
+        }
+    }
+
+    /// Closes the index, whatever it holds: later inserts fail with
+    /// [`InsertError::Closed`] (the dcache's, when its directory leaves the
+    /// tree). Undone by [`reopen`](Self::reopen).
+    pub fn close(&self, rcu: &Rcu) {
+        self.set_closed(rcu, true);
+    }
+
+    /// Opens a closed index again.
+    pub fn reopen(&self, rcu: &Rcu) {
+        self.set_closed(rcu, false);
+    }
+
+    fn set_closed(&self, rcu: &Rcu, closed: bool) {
+        let _g = rcu.read_lock();
+        loop {
+            let t = self.table_or_new();
+            let h = t.header();
+            if h.resizing.load(Ordering::Acquire) != 0 {
+                self.wait_replaced(t);
+                continue;
+            }
+            let c = h.counts.load(Ordering::Relaxed);
+            let n = if closed { c | CLOSED } else { c & !CLOSED };
+            // SeqCst, with the load of `resizing` after it and the resizer's
+            // SeqCst swap of `resizing` before its SeqCst read of the counts
+            // (`copy`): of our CAS and its swap, the one first in the total
+            // order is seen by the other side's load. So either the resizer
+            // copies the flag, or we see it resizing and try again.
+            if h.counts.compare_exchange(c, n, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+                && self.current() == Some(t)
+                && h.resizing.load(Ordering::SeqCst) == 0
+            {
+                return;
             }
         }
     }
@@ -448,9 +513,13 @@ impl<T: Indexed> Index<T> {
     /// (use [`lock2`](Self::lock2)).
     pub fn lock<'a>(&'a self, hash: u64, rcu: &'a Rcu) -> Locked<'a, T> {
         loop {
-            let g = rcu.read_lock();
+            // A read section of its own for the wait below: `lock_in` keeps
+            // its guard only on success, and `t` must stay allocated until
+            // it is replaced, or a new table at the same address would look
+            // like it and the wait would never end (an ABA).
+            let _wait = rcu.read_lock();
             let t = self.table_or_new();
-            match self.lock_in(t, hash, rcu, g) {
+            match self.lock_in(t, hash, rcu.read_lock()) {
                 Ok(l) => return l,
                 Err(Moved) => self.wait_replaced(t),
             }
@@ -463,13 +532,13 @@ impl<T: Indexed> Index<T> {
     pub fn try_lock<'a>(&'a self, hash: u64, rcu: &'a Rcu) -> Result<Locked<'a, T>, Moved> {
         let g = rcu.read_lock();
         let t = self.table_or_new();
-        self.lock_in(t, hash, rcu, g)
+        self.lock_in(t, hash, g)
     }
 
     /// Locks `hash`'s home in `t`. The caller's read section (`guard`)
     /// keeps `t` allocated; the lock keeps it current; the `Locked` keeps
     /// both.
-    fn lock_in<'a>(&'a self, t: Table, hash: u64, rcu: &'a Rcu, guard: RcuGuard<'a>) -> Result<Locked<'a, T>, Moved> {
+    fn lock_in<'a>(&'a self, t: Table, hash: u64, guard: RcuGuard<'a>) -> Result<Locked<'a, T>, Moved> {
         let home = t.home(hash);
         let s = &t.slots()[home];
         let mut spins = 0;
@@ -483,7 +552,7 @@ impl<T: Indexed> Index<T> {
                 if s.compare_exchange_weak(v, v | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                     super::audit::shared_writes(1);
                     preemption_point();
-                    return Ok(Locked { index: self, table: t, home, hash, rcu, shrink: false, _guard: guard });
+                    return Ok(Locked { table: t, home, _index: PhantomData, _guard: guard });
                 }
                 continue;
             }
@@ -492,14 +561,15 @@ impl<T: Indexed> Index<T> {
     }
 
     /// The home locks of two keys, possibly in two indexes, in the lock
-    /// order, retrying whole when the second would wait for a resize. One
-    /// lock (the second `None`) when both keys share it.
+    /// order ((`order`, hash): `order` ranks the indexes, usually their
+    /// addresses), retrying whole when the second would wait for a resize.
+    /// One lock (the second `None`) when both keys share it.
     pub fn lock2<'a>(
-        a: (&'a Index<T>, u64),
-        b: (&'a Index<T>, u64),
+        a: (&'a Index<T>, u64, usize),
+        b: (&'a Index<T>, u64, usize),
         rcu: &'a Rcu,
     ) -> (Locked<'a, T>, Option<Locked<'a, T>>) {
-        let swap = (b.0 as *const Index<T> as usize, b.1) < (a.0 as *const Index<T> as usize, a.1);
+        let swap = (b.2, b.1) < (a.2, a.1);
         let (first, second) = if swap { (b, a) } else { (a, b) };
         loop {
             let l1 = first.0.lock(first.1, rcu);
@@ -520,6 +590,18 @@ impl<T: Indexed> Index<T> {
         }
     }
 
+    /// Shrinks the table if it is less than an eighth full (after removes),
+    /// to twice its live entries. The caller holds no home lock of this
+    /// index.
+    pub fn shrink_if_sparse(&self, rcu: &Rcu) {
+        let _g = rcu.read_lock();
+        let Some(t) = self.current() else { return };
+        let live = live_of(t.header().counts.load(Ordering::Relaxed));
+        if t.header().bits > MIN_BITS && live * 8 < t.capacity() && t.header().resizing.load(Ordering::Relaxed) == 0 {
+            self.resize(t, bits_for(live.max(1)), rcu);
+        }
+    }
+
     /// Resizes the table after an insert found it full (the caller holds
     /// no home lock): to twice the live entries, which drops tombstones
     /// too. Does nothing if another thread did it meanwhile.
@@ -535,7 +617,9 @@ impl<T: Indexed> Index<T> {
         }
     }
 
-    /// Waits until `t` is no longer the current table.
+    /// Waits until `t` is no longer the current table. The caller is in a
+    /// read section that keeps `t` allocated (else its address could be
+    /// reused by a new current table).
     fn wait_replaced(&self, t: Table) {
         let mut spins = 0;
         while ptr::eq(self.table.load(Ordering::Acquire), t.0) {
@@ -554,7 +638,8 @@ impl<T: Indexed> Index<T> {
     /// is in a read section (so `t` is allocated).
     fn resize(&self, t: Table, bits: u32, rcu: &Rcu) {
         let h = t.header();
-        if h.resizing.swap(1, Ordering::Acquire) != 0 {
+        // SeqCst: see `set_closed`.
+        if h.resizing.swap(1, Ordering::SeqCst) != 0 {
             self.wait_replaced(t);
             return;
         }
@@ -615,7 +700,10 @@ fn wait_unlocked(s: &AtomicUsize, spins: &mut u32) {
         return;
     }
     let addr = s as *const AtomicUsize as usize;
-    park(addr, || s.load(Ordering::Relaxed) & (LOCK | PARKED) == LOCK | PARKED);
+    // Sleep only while locked and not frozen: a resize that freezes the
+    // slot wakes every waiter (`freeze`), and they go wait for the new
+    // table instead.
+    park(addr, || s.load(Ordering::Relaxed) & (LOCK | PARKED | MOVED) == LOCK | PARKED);
     *spins = 0;
 }
 
@@ -633,6 +721,11 @@ fn freeze(t: Table) {
             // AcqRel: reads the value the last writer released, so the copy
             // that follows sees it and what it points to.
             if s.compare_exchange_weak(v, v | MOVED, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if v & PARKED != 0 {
+                    // Threads that waited for this home lock must now wait
+                    // for the new table: no unlock will come to wake them.
+                    unpark_all(s as *const AtomicUsize as usize);
+                }
                 break;
             }
         }
@@ -666,7 +759,8 @@ fn copy<T: Indexed>(old: Table, bits: u32) -> Option<Table> {
         nslots[i].store(e | tag(hash), Ordering::Relaxed);
         live += 1;
     }
-    let closed = old.header().counts.load(Ordering::Relaxed) & CLOSED;
+    // SeqCst: see `set_closed`.
+    let closed = old.header().counts.load(Ordering::SeqCst) & CLOSED;
     n.header().counts.store(live * LIVE_ONE + live * USED_ONE + closed, Ordering::Relaxed);
     Some(n)
 }
@@ -709,28 +803,35 @@ impl<T> Drop for Index<T> {
 }
 
 /// A held home lock (see the module doc): the right to insert, remove and
-/// replace entries under keys with this home. Released on drop, after
-/// which a shrink it made due runs.
+/// replace entries under keys with this home. Released on drop. A remove
+/// does not shrink the table: the caller calls
+/// [`Index::shrink_if_sparse`] once it holds no home lock (a resize waits
+/// for every home lock, its own thread's included).
 pub struct Locked<'a, T: Indexed> {
-    index: &'a Index<T>,
     table: Table,
     home: usize,
-    hash: u64,
-    rcu: &'a Rcu,
-    /// A remove left the table an eighth full: shrink after unlocking.
-    shrink: bool,
+    _index: PhantomData<&'a Index<T>>,
     /// The read section that keeps `table` allocated (a resize may retire
     /// it the moment the lock is released).
     _guard: RcuGuard<'a>,
 }
 
 impl<T: Indexed> Locked<'_, T> {
-    /// Probes for this lock's key, as [`Index::find`] does; under the lock,
-    /// entries of this key neither come nor go.
-    pub fn find<R>(&self, mut f: impl FnMut(&T) -> Probe<R>) -> Option<R> {
+    /// The home this lock covers, in the locked table, for a key's hash:
+    /// the lock covers every key whose home it is (one lock may serve two
+    /// keys, `lock2`).
+    fn home_of(&self, hash: u64) -> usize {
+        let h = self.table.home(hash);
+        assert_eq!(h, self.home, "a key whose home this lock does not cover");
+        h
+    }
+
+    /// Probes for the key `hash`, as [`Index::find`] does; under the lock,
+    /// entries of its keys neither come nor go.
+    pub fn find<R>(&self, hash: u64, mut f: impl FnMut(&T) -> Probe<R>) -> Option<R> {
         let slots = self.table.slots();
-        let want = tag(self.hash);
-        let mut i = self.home;
+        let want = tag(hash);
+        let mut i = self.home_of(hash);
         while i < slots.len() {
             let v = slots[i].load(Ordering::Acquire);
             let e = v & PTR;
@@ -749,10 +850,13 @@ impl<T: Indexed> Locked<'_, T> {
         None
     }
 
-    /// Inserts `p` under this lock's key. The caller has checked (under this
-    /// lock) that the key is absent, and `p`'s `index_hash` is the key's.
-    pub fn insert(&mut self, p: *const T) -> Result<(), InsertError> {
-        let w = word(p as *const (), self.hash);
+    /// Inserts `p` under the key `hash`, whose home this lock covers. The
+    /// caller has checked (under this lock) that the key is absent if it
+    /// must be, and `p`'s `index_hash` is `hash` by the time the lock is
+    /// released.
+    pub fn insert(&mut self, p: *const T, hash: u64) -> Result<(), InsertError> {
+        let home = self.home_of(hash);
+        let w = word(p as *const (), hash);
         let h = self.table.header();
         // Reserve first, unless closed or three quarters used (see the
         // counts word).
@@ -770,7 +874,7 @@ impl<T: Indexed> Locked<'_, T> {
             }
         }
         let slots = self.table.slots();
-        let mut i = self.home;
+        let mut i = home;
         while i < slots.len() {
             let v = slots[i].load(Ordering::Relaxed);
             let e = v & PTR;
@@ -796,12 +900,16 @@ impl<T: Indexed> Locked<'_, T> {
         Err(InsertError::Full)
     }
 
-    fn slot_of(&self, p: *const T) -> Option<&AtomicUsize> {
+    /// The slot holding `p` under the key `hash`: the pointer and the tag
+    /// must both match, since during a rename between two keys of this
+    /// home one entry sits in two slots, one per key.
+    fn slot_of(&self, p: *const T, hash: u64) -> Option<&AtomicUsize> {
         let slots = self.table.slots();
-        let mut i = self.home;
+        let want = p as usize | tag(hash);
+        let mut i = self.home_of(hash);
         while i < slots.len() {
             let v = slots[i].load(Ordering::Relaxed);
-            if v & PTR == p as usize {
+            if v & !FLAGS == want {
                 return Some(&slots[i]);
             }
             if v & PTR == EMPTY {
@@ -812,10 +920,10 @@ impl<T: Indexed> Locked<'_, T> {
         None
     }
 
-    /// Removes `p`, inserted under this lock's key. `false` if it is not in
-    /// the table.
-    pub fn remove(&mut self, p: *const T) -> bool {
-        let Some(s) = self.slot_of(p) else { return false };
+    /// Removes `p`, inserted under the key `hash`, whose home this lock
+    /// covers. `false` if it is not in the table.
+    pub fn remove(&mut self, p: *const T, hash: u64) -> bool {
+        let Some(s) = self.slot_of(p, hash) else { return false };
         preemption_point();
         // Only its key's writers (we hold their lock) change this value;
         // other bits may change (a lock of another home, PARKED).
@@ -828,20 +936,16 @@ impl<T: Indexed> Locked<'_, T> {
             }
         }
         super::audit::shared_writes(1);
-        let h = self.table.header();
-        let c = h.counts.fetch_sub(LIVE_ONE, Ordering::Relaxed) - LIVE_ONE;
-        if live_of(c) * 8 < self.table.capacity() && self.table.header().bits > MIN_BITS {
-            self.shrink = true;
-        }
+        self.table.header().counts.fetch_sub(LIVE_ONE, Ordering::Relaxed);
         true
     }
 
     /// Puts `new` in `old`'s slot: one store, so that a lookup of the key
     /// finds one or the other, never neither (a rename over a name).
-    /// `new`'s key is `old`'s. `false` if `old` is not in the table.
-    pub fn replace(&mut self, old: *const T, new: *const T) -> bool {
-        let Some(s) = self.slot_of(old) else { return false };
-        let w = word(new as *const (), self.hash);
+    /// `new`'s key is `old`'s, `hash`. `false` if `old` is not in the table.
+    pub fn replace(&mut self, old: *const T, new: *const T, hash: u64) -> bool {
+        let Some(s) = self.slot_of(old, hash) else { return false };
+        let w = word(new as *const (), hash);
         let mut v = s.load(Ordering::Relaxed);
         loop {
             // Release: publishes `new`'s fields to readers.
@@ -868,12 +972,6 @@ impl<T: Indexed> Drop for Locked<'_, T> {
                     s.fetch_and(!PARKED, Ordering::Relaxed);
                 }
             });
-        }
-        // Still in our read section: `table` stays allocated even if a
-        // resize replaced it since the unlock.
-        if self.shrink && self.index.current() == Some(self.table) {
-            let live = live_of(self.table.header().counts.load(Ordering::Relaxed));
-            self.index.resize(self.table, bits_for(live.max(1)), self.rcu);
         }
     }
 }
@@ -916,7 +1014,7 @@ mod tests {
         let hash = unsafe { (*p).hash };
         loop {
             let mut l = ix.lock(hash, rcu);
-            match l.insert(p) {
+            match l.insert(p, hash) {
                 Ok(()) => return,
                 Err(InsertError::Full) => {
                     drop(l);
@@ -929,8 +1027,11 @@ mod tests {
 
     fn remove(ix: &Index<E>, rcu: &Rcu, p: *const E) -> bool {
         // SAFETY: as above.
-        let mut l = ix.lock(unsafe { (*p).hash }, rcu);
-        l.remove(p)
+        // SAFETY: as above.
+        let hash = unsafe { (*p).hash };
+        let removed = ix.lock(hash, rcu).remove(p, hash);
+        ix.shrink_if_sparse(rcu);
+        removed
     }
 
     #[test]
@@ -974,8 +1075,8 @@ mod tests {
         insert(&ix, &rcu, a);
         {
             let mut l = ix.lock(h(1), &rcu);
-            assert!(l.replace(a, b));
-            assert!(!l.replace(a, b), "a is gone");
+            assert!(l.replace(a, b, h(1)));
+            assert!(!l.replace(a, b, h(1)), "a is gone");
         }
         let g = rcu.read_lock();
         let found = ix.find(&g, h(1), |e| Probe::Stop(e as *const E));
@@ -986,7 +1087,7 @@ mod tests {
         assert!(ix.close_if_empty(&rcu));
         assert!(ix.is_closed(&rcu.read_lock()));
         let c = entry(2);
-        assert_eq!(ix.lock(h(2), &rcu).insert(c), Err(InsertError::Closed));
+        assert_eq!(ix.lock(h(2), &rcu).insert(c, h(2)), Err(InsertError::Closed));
         drop(ix);
         rcu.synchronize();
         for p in [a, b, c] {

@@ -14,6 +14,10 @@
 //!   or per CPU.
 //! - [`rcu`]: the RCU facade (read_lock, call_rcu, synchronize) over the
 //!   `seize` reclamation crate, with a loom-visible stand-in.
+//! - [`index`]: the resizable hash index that RCU readers walk with no lock
+//!   and no store (the dcache's per-directory children, memfs's tables).
+//! - [`shard`]: per-thread shards (per-CPU data's stand-in) and a sharded
+//!   counter (`percpu_counter`).
 
 pub mod atomic;
 pub mod audit;
@@ -23,6 +27,7 @@ pub mod lockref;
 pub mod mutex;
 pub mod rcu;
 pub mod seqcount;
+pub mod shard;
 
 pub use lockref::{Lockref, LockrefGuard};
 pub use mutex::{Mutex, MutexGuard, RawMutex};

@@ -183,6 +183,11 @@ impl<T> Mutex<T> {
         MutexGuard { mutex: self }
     }
 
+    /// The lock if it is free now.
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.raw.try_lock().then_some(MutexGuard { mutex: self })
+    }
+
     pub fn into_inner(self) -> T {
         self.data.into_inner()
     }

@@ -1,0 +1,337 @@
+//! The dentry: its layout (seed 002), flags, name, and counted references.
+
+use std::cell::UnsafeCell;
+use std::ptr;
+
+use super::Dcache;
+use crate::inode::{Inode, Super};
+use crate::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use crate::sync::index::{Index, Indexed};
+use crate::sync::Lockref;
+
+/// An immutable name, with its hash (which covers the parent too). A rename
+/// swaps in a new `Name` and retires the old one through RCU.
+pub(crate) struct Name {
+    pub hash: u64,
+    pub bytes: Box<[u8]>,
+}
+
+// ---- flags (`Dentry::flags`) ----
+//
+// | bit(s) | flag         | changed under                 | meaning |
+// |--------|--------------|-------------------------------|---------|
+// | 0      | `HASHED`     | d_lock (and the parent's index home lock) | in its parent's index: lookups find it |
+// | 1      | `ROOT`       | fixed at creation             | a superblock's root (its own parent) |
+// | 2      | `PACKED`     | fixed at creation             | the count lives in line 0 (`packed` layout) |
+// | 3      | `REFERENCED` | none (a hint; set only where clear) | looked up since the shrinker last passed |
+// | 4      | `ON_LRU`     | d_lock and its LRU shard's lock | on an LRU shard's list |
+// | 5      | `MOUNTED`    | the namespace lock            | something is mounted here |
+// | 8..12  | LRU shard    | with `ON_LRU`                 | which shard's list it is on |
+
+pub const HASHED: u32 = 1;
+pub const ROOT: u32 = 2;
+/// This dentry keeps its count in line 0 (the `packed` layout).
+pub const PACKED: u32 = 4;
+/// Looked up since the shrinker last passed (second chance). Set only
+/// where clear (test, then set), so a hot dentry costs no store.
+pub const REFERENCED: u32 = 8;
+/// On an LRU list (changed under the dentry's d_lock and the list's lock).
+pub const ON_LRU: u32 = 16;
+/// Something is mounted here (changed under the namespace lock).
+pub const MOUNTED: u32 = 32;
+pub(crate) const LRU_SHARD_SHIFT: u32 = 8;
+pub(crate) const LRU_SHARD_MASK: u32 = 0xf << LRU_SHARD_SHIFT;
+
+/// Links of an LRU shard's list, touched only under that shard's lock.
+pub(super) struct LruLinks {
+    pub prev: *const Dentry,
+    pub next: *const Dentry,
+}
+
+/// A dentry. The first cache line holds what the RCU lookup reads; the
+/// reference count lives on the next one (seed 002's `split` layout), so
+/// that reference changes by `rcuwalk` and `lockref` walkers do not
+/// invalidate the line that lookups of the same name read. The `packed`
+/// layout (before seed 002) uses the count slot in line 0 instead; the
+/// `PACKED` flag, fixed at allocation, says which slot is live.
+///
+/// A directory's children are in its own index (`children`), read by
+/// lookups under RCU: no global hash, no children list, no tree lock.
+#[repr(C, align(64))]
+pub(crate) struct Dentry {
+    // ---- cache line 0: read by RCU lookup ----
+    pub seq: crate::sync::SeqCount,
+    pub flags: AtomicU32,
+    pub parent: AtomicPtr<Dentry>,
+    pub name: AtomicPtr<Name>,
+    pub inode: AtomicPtr<Inode>,
+    /// The children, by name (a directory's; empty for others).
+    pub children: Index<Dentry>,
+    /// The count in the `packed` layout.
+    pub(super) lockref_packed: Lockref,
+    /// The superblock (fixed at allocation; it outlives its dentries).
+    pub(super) sb: AtomicPtr<Super>,
+    /// Padding to the line. Atomic, like every other field, so that a
+    /// pointer derived from a shared reference may free the dentry: under
+    /// Stacked Borrows a shared reference grants write access only to
+    /// interior-mutable bytes (Miri caught plain padding here).
+    pub(super) _pad: [std::sync::atomic::AtomicU64; 1],
+    // ---- cache line 1: written by reference changes and updates ----
+    /// The count in the `split` layout.
+    pub(super) lockref_split: Lockref,
+    pub(super) lru: UnsafeCell<LruLinks>,
+    /// Explicit (atomic) tail, so the struct has no implicit padding: see
+    /// `_pad` (Miri caught the tail padding too).
+    pub(super) _tail: [std::sync::atomic::AtomicU64; 5],
+    /// Set by the loom RCU stand-in once the grace period that began at
+    /// this dentry's kill has ended, when the real build may free it: every
+    /// touch checks it (`check_live`).
+    #[cfg(loom)]
+    pub(crate) freed: loom::sync::atomic::AtomicBool,
+    /// Under loom: creation order, the stand-in for the address in lock
+    /// orders (a model must run the same way in every execution, and heap
+    /// addresses differ between executions).
+    #[cfg(loom)]
+    id: usize,
+}
+
+#[cfg(loom)]
+static NEXT_ID: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+// SAFETY: the atomics are shared freely; `lru` is touched only under its
+// shard's lock.
+unsafe impl Send for Dentry {}
+// SAFETY: as above.
+unsafe impl Sync for Dentry {}
+
+#[cfg(not(loom))]
+const _: () = assert!(
+    std::mem::offset_of!(Dentry, lockref_split) == 64
+        && std::mem::offset_of!(Dentry, lockref_packed) < 64
+        && std::mem::size_of::<Dentry>() == 128
+);
+
+impl Indexed for Dentry {
+    /// The hash of the name it was inserted under: stable while it is in an
+    /// index, since a rename changes the name only under both home locks
+    /// and removes it from its old index before letting them go.
+    fn index_hash(&self) -> u64 {
+        self.name().hash
+    }
+}
+
+impl Dentry {
+    pub(super) fn new(
+        flags: u32,
+        parent: *const Dentry,
+        name: Name,
+        inode: *const Inode,
+        sb: *const Super,
+        lockref: fn() -> Lockref,
+    ) -> *mut Dentry {
+        Box::into_raw(Box::new(Dentry {
+            seq: crate::sync::SeqCount::new(),
+            flags: AtomicU32::new(flags),
+            parent: AtomicPtr::new(parent as *mut Dentry),
+            name: AtomicPtr::new(Box::into_raw(Box::new(name))),
+            inode: AtomicPtr::new(inode as *mut Inode),
+            children: Index::new(),
+            lockref_packed: lockref(),
+            sb: AtomicPtr::new(sb as *mut Super),
+            _pad: [std::sync::atomic::AtomicU64::new(0)],
+            lockref_split: lockref(),
+            lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
+            _tail: std::array::from_fn(|_| std::sync::atomic::AtomicU64::new(0)),
+            #[cfg(loom)]
+            freed: loom::sync::atomic::AtomicBool::new(false),
+            #[cfg(loom)]
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }))
+    }
+
+    /// The key that orders two dentries' locks (unrelated `d_lock`s, two
+    /// children indexes): the address, or under loom the creation order.
+    #[inline]
+    pub(crate) fn order_key(&self) -> usize {
+        #[cfg(loom)]
+        return self.id;
+        #[cfg(not(loom))]
+        return self as *const Dentry as usize;
+    }
+
+    /// Under loom: panics if this dentry's memory could already have been
+    /// freed (a grace period has passed since its kill). Nothing otherwise.
+    #[inline(always)]
+    pub(crate) fn check_live(&self) {
+        #[cfg(loom)]
+        assert!(
+            !self.freed.load(loom::sync::atomic::Ordering::SeqCst),
+            "a dentry touched after the grace period that followed its kill (a use after free)"
+        );
+    }
+
+    /// The reference count and `d_lock`, in the slot of this dentry's layout.
+    #[inline(always)]
+    pub fn lockref(&self) -> &Lockref {
+        self.check_live();
+        if self.flags.load(Ordering::Relaxed) & PACKED != 0 {
+            &self.lockref_packed
+        } else {
+            &self.lockref_split
+        }
+    }
+
+    /// The inode, or `None` for a negative dentry. Readers without a
+    /// reference must validate `seq` afterwards.
+    #[inline]
+    pub fn inode(&self) -> Option<&Inode> {
+        // Acquire: pairs with the Release store in `d_instantiate`/`alloc`,
+        // so the inode's fields are initialized when we see the pointer.
+        // SAFETY: a non-null inode pointer is live while this dentry holds
+        // its reference, or, for an RCU reader, until a grace period after
+        // the dentry let it go.
+        unsafe { self.inode.load(Ordering::Acquire).as_ref() }
+    }
+
+    /// The name. The caller is in an RCU read section, or holds this
+    /// dentry's `d_lock` or its name's name lock (a rename swaps names only
+    /// under both, and retires the old one through RCU).
+    #[inline]
+    pub fn name(&self) -> &Name {
+        // SAFETY: as the doc says: the name is freed only a grace period
+        // after it was replaced, and it is replaced only under the locks.
+        unsafe { &*self.name.load(Ordering::Acquire) }
+    }
+
+    #[inline]
+    pub fn parent(&self) -> &Dentry {
+        // SAFETY: a dentry holds a reference on its parent; a parent reached
+        // by an RCU reader is freed only after a grace period.
+        unsafe { &*self.parent.load(Ordering::Acquire) }
+    }
+
+    /// The superblock this dentry belongs to.
+    #[inline]
+    pub fn sb(&self) -> &Super {
+        // SAFETY: a superblock outlives its dentries (`kill_super` frees
+        // them first, and retires itself through RCU after them).
+        unsafe { &*self.sb.load(Ordering::Relaxed) }
+    }
+
+    /// A mount sits on this dentry (`DCACHE_MOUNTED`): a walk must look in
+    /// the mount hash.
+    #[inline]
+    pub fn is_mountpoint(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & MOUNTED != 0
+    }
+
+    #[inline]
+    pub fn is_hashed(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & HASHED != 0
+    }
+
+    #[inline]
+    pub fn is_root(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & ROOT != 0
+    }
+
+    #[inline]
+    pub fn is_dir(&self) -> bool {
+        self.inode().is_some_and(|i| i.kind == crate::fs::FileType::Dir)
+    }
+}
+
+/// Sets `REFERENCED` on `d` unless it is set already: a lookup of a hot
+/// dentry stores nothing. The caller keeps `d` allocated (a reference, or
+/// an RCU read section).
+#[inline]
+pub(crate) fn mark_referenced(d: &Dentry) {
+    d.check_live();
+    if d.flags.load(Ordering::Relaxed) & REFERENCED == 0 {
+        d.flags.fetch_or(REFERENCED, Ordering::Relaxed);
+        crate::sync::audit::shared_writes(1);
+    }
+}
+
+/// The hash of `name` under `parent` (FxHash-style, over the parent's
+/// address and the name's bytes; the top bits, which pick the index home,
+/// are mixed by the final multiply).
+#[inline]
+pub(crate) fn name_hash(parent: *const Dentry, name: &[u8]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    // Under loom the parent does not take part: its address differs
+    // between a model's executions, and the hash picks paths (index homes,
+    // name-lock stripes) that must not.
+    #[cfg(loom)]
+    let parent = {
+        let _ = parent;
+        1usize as *const Dentry
+    };
+    let mut h = (parent as usize as u64).wrapping_mul(K);
+    let mut chunks = name.chunks_exact(8);
+    for c in &mut chunks {
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(c.try_into().unwrap())).wrapping_mul(K);
+    }
+    // The tail is assembled in a register: copying it to the stack and
+    // loading it back as one word stalls on store forwarding.
+    let mut tail = 0u64;
+    for (i, &b) in chunks.remainder().iter().enumerate() {
+        tail |= u64::from(b) << (8 * i);
+    }
+    h = (h.rotate_left(5) ^ tail ^ name.len() as u64).wrapping_mul(K);
+    h ^= h >> 29;
+    h.wrapping_mul(K)
+}
+
+/// Byte equality without a call to `memcmp` for the short names that paths
+/// are made of.
+#[inline(always)]
+pub(crate) fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// A counted reference to a dentry (`dget`'d); `dput` on drop.
+pub(crate) struct DRef<'a> {
+    pub(super) d: &'a Dentry,
+    pub(super) dc: &'a Dcache,
+}
+
+impl<'a> DRef<'a> {
+    /// Adopts a reference the caller already took.
+    ///
+    /// # Safety
+    /// The caller owns one reference on `d`, which `dc` manages.
+    pub unsafe fn adopt(dc: &'a Dcache, d: *const Dentry) -> DRef<'a> {
+        // SAFETY: a held reference keeps the dentry allocated.
+        DRef { d: unsafe { &*d }, dc }
+    }
+
+    /// Gives up ownership of the reference, returning the raw pointer.
+    pub fn into_raw(self) -> *const Dentry {
+        let p = self.d as *const Dentry;
+        std::mem::forget(self);
+        p
+    }
+
+    pub fn clone_ref(&self) -> DRef<'a> {
+        self.d.lockref().get();
+        DRef { d: self.d, dc: self.dc }
+    }
+
+    pub fn ptr(&self) -> *const Dentry {
+        self.d
+    }
+}
+
+impl std::ops::Deref for DRef<'_> {
+    type Target = Dentry;
+    fn deref(&self) -> &Dentry {
+        self.d
+    }
+}
+
+impl Drop for DRef<'_> {
+    fn drop(&mut self) {
+        self.dc.dput(self.d);
+    }
+}

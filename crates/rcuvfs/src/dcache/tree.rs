@@ -1,0 +1,554 @@
+//! Finding, adding, moving, deleting and killing dentries.
+
+use std::ptr;
+
+use super::dentry::{name_hash, same_name, DRef, Dentry, Name, HASHED};
+use super::Dcache;
+use crate::inode::Inode;
+use crate::sync::atomic::Ordering;
+use crate::sync::index::{Index, InsertError, Probe};
+use crate::sync::{LockrefGuard, RcuGuard};
+
+impl Dcache {
+    /// Finds a hashed dentry for `name` under `parent` (`__d_lookup_rcu`).
+    /// Returns it with the sequence count read before its name was
+    /// compared. `None`: not cached, or a writer was in progress on a
+    /// candidate; the caller falls back to a locked lookup. The caller is
+    /// in a read section and owes the checks in the module doc.
+    ///
+    /// A candidate in a write section stops the probe: during a rename the
+    /// moving dentry may sit, with its new name, in the slot of the name it
+    /// leaves, and a probe that skipped it could miss a name that an
+    /// exchange keeps present throughout.
+    #[inline]
+    pub fn lookup_rcu<'g>(
+        &'g self,
+        guard: &RcuGuard<'_>,
+        parent: &'g Dentry,
+        name: &[u8],
+    ) -> Option<(&'g Dentry, u32)> {
+        let hash = name_hash(parent, name);
+        parent
+            .children
+            .find(guard, hash, |d| {
+                // Acquire (in `raw`): pairs with the writer's Release of the
+                // count, so the fields read below are at least that new.
+                let seq = d.seq.raw();
+                if seq & 1 != 0 {
+                    return Probe::Stop(None);
+                }
+                // A dentry reached through a slot loaded before it left the
+                // index: if the count we read is the one its unhash
+                // published (`seq.invalidate`, Release), the cleared flag is
+                // visible too; skip it. Otherwise the caller's final check
+                // fails instead.
+                if d.flags.load(Ordering::Relaxed) & HASHED == 0 {
+                    return Probe::Skip;
+                }
+                if !ptr::eq(d.parent.load(Ordering::Relaxed), parent) {
+                    return Probe::Skip;
+                }
+                let n = d.name();
+                if n.hash != hash || !same_name(&n.bytes, name) {
+                    return Probe::Skip;
+                }
+                // SAFETY: the walk's contract: the caller stays in its read
+                // section while it uses what it found (entries are freed only
+                // a grace period after they leave the index).
+                Probe::Stop(Some((unsafe { &*(d as *const Dentry) }, seq)))
+            })
+            .flatten()
+    }
+
+    /// Finds and references a hashed dentry for `name` under `parent`
+    /// (`d_lookup`). A miss means the name was not cached at some instant
+    /// of the call: an index never hides a name present throughout, and a
+    /// candidate that dies or moves under us is looked for again.
+    pub fn d_lookup<'a>(&'a self, parent: &Dentry, name: &[u8]) -> Option<DRef<'a>> {
+        let hash = name_hash(parent, name);
+        loop {
+            let g = self.rcu.read_lock();
+            let found = parent.children.find(&g, hash, |d| {
+                if d.flags.load(Ordering::Relaxed) & HASHED == 0 || !ptr::eq(d.parent.load(Ordering::Relaxed), parent) {
+                    return Probe::Skip;
+                }
+                let n = d.name();
+                if n.hash != hash || !same_name(&n.bytes, name) {
+                    return Probe::Skip;
+                }
+                Probe::Stop(d as *const Dentry)
+            })?;
+            // SAFETY: found in the index inside our read section.
+            let found = unsafe { &*found };
+            let seq = found.seq.raw();
+            if seq & 1 == 0 && found.lockref().get_not_dead() {
+                // SAFETY: we just took this reference.
+                let r = unsafe { DRef::adopt(self, found) };
+                // Still this name, under this parent, in the index.
+                let still = found.is_hashed() && ptr::eq(found.parent.load(Ordering::Acquire), parent) && {
+                    let n = found.name();
+                    n.hash == hash && same_name(&n.bytes, name)
+                };
+                if still && !found.seq.read_retry(seq) {
+                    return Some(r);
+                }
+                drop(r);
+            }
+            // Dying, moving, or written under us: look again (a dead dentry
+            // has left the index before it was marked dead).
+            drop(g);
+            crate::sync::atomic::spin_hint();
+        }
+    }
+
+    /// Inserts `d` into `parent`'s index under `hash`, growing the index as
+    /// needed. `false` if the index is closed (its directory left the tree).
+    fn index_insert(&self, index: &Index<Dentry>, hash: u64, d: &Dentry) -> bool {
+        loop {
+            let mut l = index.lock(hash, &self.rcu);
+            match l.insert(d, hash) {
+                Ok(()) => return true,
+                Err(InsertError::Full) => {
+                    drop(l);
+                    index.grow(&self.rcu);
+                }
+                Err(InsertError::Closed) => return false,
+            }
+        }
+    }
+
+    /// Allocates a dentry for `name` under `parent` with `inode` (null for
+    /// negative), hashes it, and returns a reference to it (`d_alloc` +
+    /// `d_add`). The caller holds the name's name lock, and a reference on
+    /// `parent` and on `inode` (which passes to the dentry). A dentry being
+    /// killed may still sit in the index under the same name: it leaves it
+    /// soon, and until then both agree with the filesystem.
+    ///
+    /// Under a directory that has left the tree (its index closed), nothing
+    /// is cached: the dentry stays unhashed and dies at its last put, as
+    /// Linux caches nothing under a dead directory. So every hashed dentry's
+    /// parent is hashed, or a root, and every hashed dentry is found from
+    /// its superblock's root.
+    pub fn d_add<'a>(&'a self, parent: &Dentry, name: &[u8], inode: *const Inode) -> DRef<'a> {
+        let hash = name_hash(parent, name);
+        parent.lockref().get(); // the child's reference on its parent
+        let d = Dentry::new(
+            HASHED | self.layout,
+            parent,
+            Name { hash, bytes: name.into() },
+            inode,
+            parent.sb.load(Ordering::Relaxed),
+            self.lockref_ctor(),
+        );
+        // SAFETY: just allocated; published by the insert.
+        let dr = unsafe { &*d };
+        self.counters.add_dentry(1, inode.is_null());
+        Self::alias_add(inode, dr);
+        if !self.index_insert(&parent.children, hash, dr) {
+            // Not published: no lock needed to clear the flag.
+            dr.flags.fetch_and(!HASHED, Ordering::Relaxed);
+        }
+        self.shrink_to_target();
+        DRef { d: dr, dc: self }
+    }
+
+    /// The dentry for `name` in `dir` naming the inode `ip` that the
+    /// filesystem just returned for it (`d_splice_alias`); the caller's
+    /// reference on `ip` passes to the result, and the caller holds the
+    /// name's name lock.
+    ///
+    /// A directory inode has at most one dentry (Linux's rule): if it
+    /// already has a live one, hashed elsewhere or unhashed by an
+    /// invalidation while a handle still holds it, that dentry moves here
+    /// instead of a second one being made. Two dentries of one directory
+    /// would cache two sets of children, and a create made through one
+    /// would hide behind a miss cached under the other. A move to another
+    /// parent changes the tree's shape, so it needs the rename mutex, which
+    /// comes before name locks: it is only tried, and on failure the lookup
+    /// answers ESTALE, as Linux's `__d_unalias` does. ELOOP if the move
+    /// would put a directory under itself, or move a filesystem's root.
+    pub fn d_splice_alias<'a>(&'a self, dir: &Dentry, name: &[u8], ip: *const Inode) -> std::io::Result<DRef<'a>> {
+        // SAFETY: the caller's reference keeps the inode live.
+        let inode = unsafe { &*ip };
+        if inode.kind == crate::fs::FileType::Dir {
+            if let Some(alias) = self.live_alias(inode) {
+                let result = if alias.is_root() {
+                    crate::error::fail(crate::error::ELOOP)
+                } else if ptr::eq(alias.parent(), dir) {
+                    // Back under the same parent: the shape does not change.
+                    self.move_dentry(&alias, dir, name, None, false);
+                    Ok(())
+                } else {
+                    match self.rename_mutex.try_lock() {
+                        None => crate::error::fail(libc::ESTALE),
+                        Some(_rm) if self.is_ancestor(&alias, dir) => crate::error::fail(crate::error::ELOOP),
+                        Some(_rm) => {
+                            self.move_dentry(&alias, dir, name, None, false);
+                            Ok(())
+                        }
+                    }
+                };
+                // SAFETY: the caller's reference, not passed on: the alias
+                // holds its own.
+                unsafe { self.iput(ip) };
+                return result.map(|()| alias);
+            }
+        }
+        Ok(self.d_add(dir, name, ip))
+    }
+
+    /// A referenced live dentry naming `inode`, if any.
+    pub(super) fn live_alias(&self, inode: &Inode) -> Option<DRef<'_>> {
+        let _g = self.rcu.read_lock();
+        // Copied out first: `aliases` is a leaf lock, and a get may take
+        // d_lock.
+        let aliases: Vec<usize> = inode.aliases.lock().clone();
+        aliases.into_iter().find_map(|d| {
+            // SAFETY: on the alias list inside our read section, so freed
+            // only after it ends; a dead one fails `get_not_dead`.
+            let d = unsafe { &*(d as *const Dentry) };
+            d.lockref().get_not_dead().then(|| DRef { d, dc: self })
+        })
+    }
+
+    /// Adds `d` to `inode`'s aliases.
+    pub(super) fn alias_add(inode: *const Inode, d: &Dentry) {
+        // SAFETY: the caller passes a live inode reference to `d`.
+        if let Some(i) = unsafe { inode.as_ref() } {
+            i.aliases.lock().push(d as *const Dentry as usize);
+        }
+    }
+
+    /// Removes `d` from `inode`'s aliases.
+    pub(super) fn alias_del(inode: *const Inode, d: &Dentry) {
+        // SAFETY: `d` still holds its inode reference (the caller drops it
+        // after this).
+        if let Some(i) = unsafe { inode.as_ref() } {
+            let mut a = i.aliases.lock();
+            if let Some(k) = a.iter().position(|&x| x == d as *const Dentry as usize) {
+                a.swap_remove(k);
+            }
+        }
+    }
+
+    /// Turns a negative dentry positive (`d_instantiate`). The caller holds
+    /// the name's name lock and a reference on `inode`, which passes to the
+    /// dentry.
+    pub fn d_instantiate(&self, d: &Dentry, inode: *const Inode) {
+        let _g = d.lockref().lock();
+        debug_assert!(d.inode.load(Ordering::Relaxed).is_null());
+        d.seq.write_begin();
+        // Release: publishes the inode's fields (see `Dentry::inode`).
+        d.inode.store(inode as *mut Inode, Ordering::Release);
+        d.seq.write_end();
+        self.counters.negative.add(-1);
+        Self::alias_add(inode, d);
+    }
+
+    /// Records that `d`'s name was removed (`d_delete`): if the caller's
+    /// reference is the only one, `d` becomes negative in place; otherwise it
+    /// is unhashed and lives on, positive, for its other holders. The
+    /// caller holds the name's name lock.
+    pub fn d_delete(&self, d: &Dentry) {
+        let g = d.lockref().lock();
+        // The caller's reference the only one: no child either (children
+        // hold references).
+        if g.count() == 1 && !d.is_root() {
+            d.seq.write_begin();
+            let inode = d.inode.swap(ptr::null_mut(), Ordering::Relaxed);
+            d.seq.write_end();
+            drop(g);
+            Self::alias_del(inode, d);
+            self.counters.negative.add(1);
+            if !inode.is_null() {
+                // SAFETY: the dentry owned this reference on the inode.
+                unsafe { self.iput(inode) };
+            }
+        } else {
+            drop(g);
+            self.unhash_tree(d);
+        }
+    }
+
+    /// Unhashes `d` (`__d_drop`) with its `d_lock` held: out of its parent's
+    /// index, inside a write section of its sequence count, so that no
+    /// reader sees it both hashed and gone from the index, and every
+    /// reader's validation fails from here.
+    pub(super) fn unhash_locked(&self, d: &Dentry, _g: &LockrefGuard<'_>) {
+        if d.flags.load(Ordering::Relaxed) & HASHED == 0 {
+            return;
+        }
+        let hash = d.name().hash;
+        let index = &d.parent().children;
+        d.seq.write_begin();
+        let removed = index.lock(hash, &self.rcu).remove(d, hash);
+        debug_assert!(removed, "a hashed dentry is in its parent's index");
+        d.flags.fetch_and(!HASHED, Ordering::Relaxed);
+        crate::sync::audit::shared_writes(1);
+        d.seq.write_end();
+        index.shrink_if_sparse(&self.rcu);
+    }
+
+    /// Unhashes `d` and everything under it (`d_invalidate`: a name a
+    /// backend reports changed); see [`unhash_tree`](Self::unhash_tree).
+    pub fn d_invalidate(&self, d: &Dentry) {
+        self.unhash_tree(d);
+    }
+
+    /// Takes `top` and its whole subtree out of the tree: each dentry is
+    /// unhashed and its index closed (nothing new is cached under it), top
+    /// down; then the unused ones die, bottom up, and the ones in use die at
+    /// their last put. This keeps the invariant that an unhashed dentry has
+    /// no hashed child, which is what lets every hashed dentry be found from
+    /// its root (teardown, `kill_super`, `drop_caches`).
+    pub fn unhash_tree(&self, top: &Dentry) {
+        let g = self.rcu.read_lock();
+        let mut stack = vec![top];
+        let mut all: Vec<&Dentry> = Vec::new();
+        while let Some(x) = stack.pop() {
+            {
+                let l = x.lockref().lock();
+                if l.count() < 0 {
+                    continue; // dead: out of the tree already
+                }
+                self.unhash_locked(x, &l);
+            }
+            // Closed before it is read: no child is added behind us.
+            x.children.close(&self.rcu);
+            x.children.for_each(&g, |c| stack.push(c));
+            all.push(x);
+        }
+        // Children before their parents: killing one drops its parent's
+        // count, which may then be zero too.
+        for x in all.into_iter().rev() {
+            // Still in our read section: `x` is allocated even if its last
+            // holder killed it meanwhile (then it is dead).
+            let l = x.lockref().lock();
+            if l.count() == 0 {
+                self.unhash_and_mark_dead(x, l);
+                self.kill(x);
+            }
+        }
+        drop(g);
+    }
+
+    /// Kills `d` in the sense of `lockref_mark_dead`, with its `d_lock`
+    /// held (`g`) and its count zero (or the caller's last reference): it
+    /// leaves its parent's index (every RCU reader's validation fails from
+    /// here), leaves the LRU, and is marked dead, so that no lookup, tree
+    /// walk or shrinker finds it again and no `dput` touches its LRU
+    /// state. Unlocks. The caller must then free it with `kill`. Every kill
+    /// goes through here, so that "dead" always means "out of the index and
+    /// off the LRU".
+    pub(super) fn unhash_and_mark_dead(&self, d: &Dentry, mut g: LockrefGuard<'_>) {
+        self.unhash_locked(d, &g);
+        d.seq.invalidate();
+        self.lru_del_locked(d, &g);
+        g.mark_dead();
+    }
+
+    /// Frees a dead dentry (`dentry_kill`): its inode reference returned,
+    /// its (empty) index and its memory retired through RCU, and its
+    /// reference on its parent dropped, which may kill the parent too. The
+    /// caller marked it dead (`unhash_and_mark_dead`); nobody else can.
+    pub(super) fn kill(&self, d: &Dentry) {
+        let mut d = d as *const Dentry;
+        loop {
+            // SAFETY: `d` is dead but not yet retired: only we free it.
+            let dr = unsafe { &*d };
+            debug_assert!(dr.flags.load(Ordering::Relaxed) & (HASHED | super::dentry::ON_LRU) == 0);
+            let inode = dr.inode.swap(ptr::null_mut(), Ordering::Relaxed);
+            Self::alias_del(inode, dr);
+            self.counters.add_dentry(-1, inode.is_null());
+            if !inode.is_null() {
+                // SAFETY: the dentry owned this reference.
+                unsafe { self.iput(inode) };
+            }
+            // A dead directory has no children left (they held references);
+            // RCU readers may still probe its tombstones.
+            dr.children.retire(&self.rcu);
+            let parent = dr.parent.load(Ordering::Relaxed);
+            let name = dr.name.load(Ordering::Relaxed);
+            #[cfg(loom)]
+            self.rcu.poison_after_grace_period(&dr.freed);
+            // SAFETY: out of every index and list: only RCU readers that
+            // found it earlier can see it, and they are waited out.
+            unsafe {
+                self.rcu.retire_box(name);
+                self.rcu.retire_box(d as *mut Dentry);
+            }
+            // Drop the reference on the parent.
+            // SAFETY: the child's reference kept the parent live.
+            if !self.put_or_mark_dead(unsafe { &*parent }) {
+                return;
+            }
+            d = parent;
+        }
+    }
+
+    /// Records a rename the filesystem just made (`d_move`). `src` is the
+    /// dentry of the old name; `dst` that of the new name (negative or not,
+    /// possibly unhashed by an invalidation meanwhile). The caller holds
+    /// both names' name locks, and the rename mutex for a move between
+    /// directories, and references on both dentries.
+    pub fn d_move(&self, src: &Dentry, new_parent: &Dentry, new_name: &[u8], dst: &Dentry, exchange: bool) {
+        self.move_dentry(src, new_parent, new_name, Some(dst), exchange);
+    }
+
+    /// Moves `d` to `name` under `parent`. With `over` (a rename): the
+    /// dentry hashed under the new name takes no part any more (it is
+    /// unhashed, and dies at its last put), or, with `exchange`, moves to
+    /// `d`'s old place. The new name's slot changes in one store, so a
+    /// lookup of it finds the old dentry or the new one, never neither.
+    /// The caller holds the names' name locks (and the rename mutex if the
+    /// parent changes) and keeps both dentries alive.
+    pub(super) fn move_dentry(&self, d: &Dentry, parent: &Dentry, name: &[u8], over: Option<&Dentry>, exchange: bool) {
+        let over = over.filter(|o| !ptr::eq(*o, d));
+        let exchange = exchange && over.is_some();
+        let old_parent = d.parent();
+        let cross = !ptr::eq(old_parent, parent);
+        let new_hash = name_hash(parent, name);
+        // Parent references first: a get may take a parent's d_lock, which
+        // comes before its children's.
+        if cross {
+            parent.lockref().get();
+            if exchange {
+                old_parent.lockref().get();
+            }
+        }
+        // The two dentries' d_locks, by address (neither is the other's
+        // ancestor: the caller checked).
+        let (g1, g2) = match over {
+            Some(o) if o.order_key() < d.order_key() => {
+                let a = o.lockref().lock();
+                (d.lockref().lock(), Some(a))
+            }
+            Some(o) => {
+                let a = d.lockref().lock();
+                (a, Some(o.lockref().lock()))
+            }
+            None => (d.lockref().lock(), None),
+        };
+        let old_name = d.name.load(Ordering::Relaxed);
+        // SAFETY: we hold d's d_lock; the name is replaced only under it.
+        let old_hash = unsafe { (*old_name).hash };
+        let was_hashed = d.is_hashed();
+        let over_hashed = over.is_some_and(|o| o.is_hashed());
+        loop {
+            // The home locks of both keys; the old one only if `d` is in an
+            // index.
+            let (l_new, mut l_old) = if was_hashed {
+                let (a, b) = Index::lock2(
+                    (&parent.children, new_hash, parent.order_key()),
+                    (&old_parent.children, old_hash, old_parent.order_key()),
+                    &self.rcu,
+                );
+                (a, b)
+            } else {
+                (parent.children.lock(new_hash, &self.rcu), None)
+            };
+            let mut l_new = l_new;
+            // When the old key shares the new key's lock, `l_old` is None
+            // and `l_new` serves both.
+            // Reserve the new slot before changing anything. A destination
+            // directory that left the tree meanwhile (invalidated) caches
+            // nothing: `d` then leaves the tree too, and dies at its last
+            // put (`d_add`'s rule).
+            let mut closed = false;
+            if !over_hashed {
+                match l_new.insert(d, new_hash) {
+                    Ok(()) => {}
+                    Err(InsertError::Full) => {
+                        drop(l_old);
+                        drop(l_new);
+                        parent.children.grow(&self.rcu);
+                        continue;
+                    }
+                    Err(InsertError::Closed) => closed = true,
+                }
+            }
+            d.seq.write_begin();
+            let over_old_name = over.filter(|_| exchange).map(|o| o.name.load(Ordering::Relaxed));
+            if let Some(o) = over {
+                o.seq.write_begin();
+            }
+            // The new names, then the parents, then the slots.
+            let new = Box::into_raw(Box::new(Name { hash: new_hash, bytes: name.into() }));
+            d.name.store(new, Ordering::Release);
+            if cross {
+                d.parent.store(parent as *const Dentry as *mut Dentry, Ordering::Release);
+            }
+            if let Some(o) = over.filter(|_| exchange) {
+                // SAFETY: we hold d's d_lock: its old name is live.
+                let b = unsafe { &(*old_name).bytes };
+                o.name.store(Box::into_raw(Box::new(Name { hash: old_hash, bytes: b.clone() })), Ordering::Release);
+                if cross {
+                    o.parent.store(old_parent as *const Dentry as *mut Dentry, Ordering::Release);
+                }
+            }
+            if over_hashed {
+                let o = over.expect("hashed");
+                assert!(l_new.replace(o, d, new_hash), "the name renamed over is in its index");
+            }
+            if was_hashed {
+                let l = l_old.as_mut().unwrap_or(&mut l_new);
+                if exchange && over_hashed {
+                    assert!(l.replace(d, over.expect("exchange"), old_hash), "the source is in its index");
+                } else {
+                    assert!(l.remove(d, old_hash), "the source is in its index");
+                }
+            }
+            if closed {
+                d.flags.fetch_and(!HASHED, Ordering::Relaxed);
+            } else {
+                d.flags.fetch_or(HASHED, Ordering::Relaxed);
+            }
+            crate::sync::audit::shared_writes(1);
+            if !was_hashed && !closed {
+                // Back in the tree (an invalidated dentry renamed, or a
+                // directory's alias moved into place): it may cache again.
+                d.children.reopen(&self.rcu);
+            }
+            if let Some(o) = over {
+                if !exchange || !was_hashed {
+                    // Out of the index now: dies at its last put.
+                    o.flags.fetch_and(!HASHED, Ordering::Relaxed);
+                }
+            }
+            d.seq.write_end();
+            if let Some(o) = over {
+                o.seq.write_end();
+            }
+            drop(l_old);
+            drop(l_new);
+            if was_hashed && !(exchange && over_hashed) {
+                old_parent.children.shrink_if_sparse(&self.rcu);
+            }
+            drop(g2);
+            drop(g1);
+            // SAFETY: no longer reachable from the dentries; readers that
+            // loaded them are waited out.
+            unsafe {
+                self.rcu.retire_box(old_name);
+                if let Some(n) = over_old_name {
+                    self.rcu.retire_box(n);
+                }
+            }
+            break;
+        }
+        if cross {
+            self.renames.write_begin();
+            self.renames.write_end();
+            // The references the old places held.
+            self.dput(old_parent);
+            if exchange {
+                self.dput(parent);
+            }
+        }
+        if let Some(o) = over.filter(|_| !exchange) {
+            // The name renamed over left the tree (an empty directory may
+            // still cache misses under it): its subtree goes too.
+            self.unhash_tree(o);
+        }
+    }
+}
