@@ -150,9 +150,43 @@ struct Header {
     bits: u32,
     /// 1 while a resize of this table is in progress.
     resizing: AtomicU32,
+    /// The counts word; in a sharded table, the part folded from the shards.
     counts: AtomicU64,
     /// Number of slots (homes plus overflow).
     len: usize,
+    /// A sharded table's per-shard counts (null for an exact one).
+    shards: *const Shards,
+}
+
+/// Per-shard counts of a sharded index ([`Index::new_sharded`]): an insert
+/// or a remove changes its own shard's line, and only a shard past its
+/// quota sums them all, so the writers of an index that every create of a
+/// filesystem touches (an inode table) share no counter.
+struct Shards([crate::sync::shard::Padded<ShardCount>; crate::sync::shard::SHARDS]);
+
+#[derive(Default)]
+struct ShardCount {
+    /// Entries this shard inserted minus those it removed.
+    live: std::sync::atomic::AtomicI64,
+    /// Empty slots this shard filled.
+    used: std::sync::atomic::AtomicI64,
+}
+
+impl Shards {
+    fn new() -> *const Shards {
+        Box::into_raw(Box::new(Shards(std::array::from_fn(|_| Default::default()))))
+    }
+
+    /// (live, used) over every shard, plus the folded part `c`.
+    fn totals(&self, c: u64) -> (usize, usize) {
+        let (mut l, mut u) = (live_of(c) as i64, used_of(c) as i64);
+        for s in &self.0 {
+            // Relaxed: counts steer resizes only.
+            l += s.0.live.load(std::sync::atomic::Ordering::Relaxed);
+            u += s.0.used.load(std::sync::atomic::Ordering::Relaxed);
+        }
+        (l.max(0) as usize, u.max(0) as usize)
+    }
 }
 
 /// A table pointer with its slots.
@@ -166,7 +200,7 @@ impl Table {
             .expect("table size")
     }
 
-    fn alloc(bits: u32, counts: u64) -> Table {
+    fn alloc(bits: u32, counts: u64, sharded: bool) -> Table {
         let len = (1usize << bits) + overflow(bits);
         let (layout, off) = Self::layout(len);
         // SAFETY: a non-zero size; every field and slot is written below
@@ -177,7 +211,8 @@ impl Table {
                 std::alloc::handle_alloc_error(layout);
             }
             let h = p as *mut Header;
-            h.write(Header { bits, resizing: AtomicU32::new(0), counts: AtomicU64::new(counts), len });
+            let shards = if sharded { Shards::new() } else { ptr::null() };
+            h.write(Header { bits, resizing: AtomicU32::new(0), counts: AtomicU64::new(counts), len, shards });
             let s = p.add(off) as *mut AtomicUsize;
             for i in 0..len {
                 s.add(i).write(AtomicUsize::new(EMPTY));
@@ -196,6 +231,10 @@ impl Table {
             let s = (self.0 as *mut u8).add(off) as *mut AtomicUsize;
             for i in 0..len {
                 ptr::drop_in_place(s.add(i));
+            }
+            let sh = (*self.0).shards;
+            if !sh.is_null() {
+                drop(Box::from_raw(sh as *mut Shards));
             }
             ptr::drop_in_place(self.0 as *mut Header);
             std::alloc::dealloc(self.0 as *mut u8, layout);
@@ -226,6 +265,26 @@ impl Table {
     fn capacity(&self) -> usize {
         1 << self.header().bits
     }
+
+    fn shards(&self) -> Option<&Shards> {
+        // SAFETY: allocated with the table, freed with it.
+        unsafe { self.header().shards.as_ref() }
+    }
+
+    /// (live, used) entries: exact for an exact table, the sum of the
+    /// shards for a sharded one.
+    fn totals(&self) -> (usize, usize) {
+        let c = self.header().counts.load(Ordering::Relaxed);
+        match self.shards() {
+            None => (live_of(c), used_of(c)),
+            Some(s) => s.totals(c),
+        }
+    }
+
+    /// A shard's share of the three-quarters mark, after which it sums.
+    fn quota(&self) -> i64 {
+        ((self.capacity() * 3 / 4 / crate::sync::shard::SHARDS) as i64 / 2).max(1)
+    }
 }
 
 /// Why an insert failed.
@@ -239,24 +298,37 @@ pub enum InsertError {
     Closed,
 }
 
+/// What [`Index::close_empty`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Close {
+    /// This call closed the empty index.
+    Closed,
+    /// It was closed already.
+    AlreadyClosed,
+    /// It has entries (or an insert in progress): left open.
+    NotEmpty,
+}
+
 /// A second home lock would have to wait for a resize: let go of the first
 /// and start again (see the lock order).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Moved;
 
-/// The index. `T` is the entry type; the index holds `*const T`.
-pub struct Index<T> {
+/// The index. `T` is the entry type; the index holds `*const T`. An
+/// exact index (`SHARDED` false, the default) keeps its counts in one word
+/// and can be closed; a sharded one counts per thread shard (see `Shards`).
+pub struct Index<T, const SHARDED: bool = false> {
     table: AtomicPtr<Header>,
     _t: PhantomData<*const T>,
 }
 
 // SAFETY: the index hands out `&T` to any thread (readers) and stores
 // pointers any thread may have inserted: `T: Sync` covers both.
-unsafe impl<T: Sync> Send for Index<T> {}
+unsafe impl<T: Sync, const S: bool> Send for Index<T, S> {}
 // SAFETY: as above.
-unsafe impl<T: Sync> Sync for Index<T> {}
+unsafe impl<T: Sync, const S: bool> Sync for Index<T, S> {}
 
-impl<T: Indexed> Default for Index<T> {
+impl<T: Indexed, const S: bool> Default for Index<T, S> {
     fn default() -> Self {
         Self::new()
     }
@@ -270,7 +342,15 @@ pub enum Probe<R> {
     Stop(R),
 }
 
-impl<T: Indexed> Index<T> {
+impl<T: Indexed> Index<T, true> {
+    /// A sharded index (see `Shards`): for an index every writer of a
+    /// filesystem touches.
+    pub fn new_sharded() -> Self {
+        Index { table: AtomicPtr::new(ptr::null_mut()), _t: PhantomData }
+    }
+}
+
+impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
     pub fn new() -> Self {
         Index { table: AtomicPtr::new(ptr::null_mut()), _t: PhantomData }
     }
@@ -402,7 +482,7 @@ impl<T: Indexed> Index<T> {
     /// Live entries (a hint: exact only while no writer runs). Like every
     /// read of a table, inside a read section.
     pub fn len(&self, _guard: &RcuGuard<'_>) -> usize {
-        self.current().map_or(0, |t| live_of(t.header().counts.load(Ordering::Relaxed)))
+        self.current().map_or(0, |t| t.totals().0)
     }
 
     pub fn is_empty(&self, guard: &RcuGuard<'_>) -> bool {
@@ -414,23 +494,21 @@ impl<T: Indexed> Index<T> {
         self.current().map_or(0, |t| Table::layout(t.header().len).0.size())
     }
 
-    /// Closes the index if it has no entry (and no insert in progress):
-    /// later inserts fail with [`InsertError::Closed`]. Returns whether it
-    /// closed. The check and the close are one CAS, against inserts'
-    /// reservations.
-    pub fn close_if_empty(&self, rcu: &Rcu) -> bool {
-        // A table may be retired and freed under a writer that is in no
-        // read section: every writer is in one while it holds a table.
+    /// Closes the index if it has no entry (and no insert in progress),
+    /// and says who closed it: [`Close::AlreadyClosed`] tells a second
+    /// closer that the first owns the close (and may undo it).
+    pub fn close_empty(&self, rcu: &Rcu) -> Close {
+        assert!(!SHARDED, "a sharded index cannot be closed");
         let _g = rcu.read_lock();
         loop {
             let t = self.table_or_new();
             let h = t.header();
             let c = h.counts.load(Ordering::Relaxed);
             if c & CLOSED != 0 {
-                return true;
+                return Close::AlreadyClosed;
             }
             if live_of(c) != 0 {
-                return false;
+                return Close::NotEmpty;
             }
             if h.resizing.load(Ordering::Acquire) != 0 {
                 self.wait_replaced(t);
@@ -440,14 +518,21 @@ impl<T: Indexed> Index<T> {
             // counts; inserts' reservations are CASes on this same word.
             if h.counts.compare_exchange(c, c | CLOSED, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
                 if self.current() == Some(t) && h.resizing.load(Ordering::SeqCst) == 0 {
-                    return true;
+                    return Close::Closed;
                 }
                 // A resize may have copied the counts before our flag: set
                 // it again in whatever table is current.
-                let _ = rcu;
                 continue;
             }
         }
+    }
+
+    /// Closes the index if it has no entry (and no insert in progress):
+    /// later inserts fail with [`InsertError::Closed`]. Returns whether it
+    /// is closed (by this call or an earlier one). The check and the close
+    /// are one CAS, against inserts' reservations.
+    pub fn close_if_empty(&self, rcu: &Rcu) -> bool {
+        self.close_empty(rcu) != Close::NotEmpty
     }
 
     /// Closes the index, whatever it holds: later inserts fail with
@@ -463,6 +548,7 @@ impl<T: Indexed> Index<T> {
     }
 
     fn set_closed(&self, rcu: &Rcu, closed: bool) {
+        assert!(!SHARDED, "a sharded index cannot be closed");
         let _g = rcu.read_lock();
         loop {
             let t = self.table_or_new();
@@ -497,7 +583,7 @@ impl<T: Indexed> Index<T> {
             if let Some(t) = self.current() {
                 return t;
             }
-            let n = Table::alloc(MIN_BITS, 0);
+            let n = Table::alloc(MIN_BITS, 0, SHARDED);
             // Release: publishes the initialized table.
             match self.table.compare_exchange(ptr::null_mut(), n.0 as *mut Header, Ordering::AcqRel, Ordering::Acquire)
             {
@@ -565,8 +651,8 @@ impl<T: Indexed> Index<T> {
     /// addresses), retrying whole when the second would wait for a resize.
     /// One lock (the second `None`) when both keys share it.
     pub fn lock2<'a>(
-        a: (&'a Index<T>, u64, usize),
-        b: (&'a Index<T>, u64, usize),
+        a: (&'a Index<T, SHARDED>, u64, usize),
+        b: (&'a Index<T, SHARDED>, u64, usize),
         rcu: &'a Rcu,
     ) -> (Locked<'a, T>, Option<Locked<'a, T>>) {
         let swap = (b.2, b.1) < (a.2, a.1);
@@ -596,8 +682,19 @@ impl<T: Indexed> Index<T> {
     pub fn shrink_if_sparse(&self, rcu: &Rcu) {
         let _g = rcu.read_lock();
         let Some(t) = self.current() else { return };
-        let live = live_of(t.header().counts.load(Ordering::Relaxed));
-        if t.header().bits > MIN_BITS && live * 8 < t.capacity() && t.header().resizing.load(Ordering::Relaxed) == 0 {
+        if t.header().bits <= MIN_BITS || t.header().resizing.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        // A sharded table sums its shards only once this thread's shard has
+        // removed a quota's worth: a remove stays on its own line.
+        if let Some(sh) = t.shards() {
+            let mine = &sh.0[crate::sync::shard::current()].0;
+            if mine.live.load(std::sync::atomic::Ordering::Relaxed) > -t.quota() {
+                return;
+            }
+        }
+        let live = t.totals().0;
+        if live * 8 < t.capacity() {
             self.resize(t, bits_for(live.max(1)), rcu);
         }
     }
@@ -608,9 +705,9 @@ impl<T: Indexed> Index<T> {
     pub fn grow(&self, rcu: &Rcu) {
         let _g = rcu.read_lock();
         let t = self.table_or_new();
-        let c = t.header().counts.load(Ordering::Relaxed);
-        if (used_of(c) + 1) * 4 > t.capacity() * 3 || t.header().resizing.load(Ordering::Relaxed) != 0 {
-            self.resize(t, bits_for(live_of(c) + 1), rcu);
+        let (live, used) = t.totals();
+        if (used + 1) * 4 > t.capacity() * 3 || t.header().resizing.load(Ordering::Relaxed) != 0 {
+            self.resize(t, bits_for(live + 1), rcu);
         } else {
             // Full because a cluster ran off the end: more homes.
             self.resize(t, t.header().bits + 1, rcu);
@@ -735,7 +832,7 @@ fn freeze(t: Table) {
 /// A new table of `2^bits` homes with the entries of the frozen `old`;
 /// `None` if a cluster runs off its end.
 fn copy<T: Indexed>(old: Table, bits: u32) -> Option<Table> {
-    let n = Table::alloc(bits, 0);
+    let n = Table::alloc(bits, 0, old.shards().is_some());
     let nslots = n.slots();
     let mut live = 0u64;
     for s in old.slots() {
@@ -790,7 +887,7 @@ unsafe fn retire_table(rcu: &Rcu, t: Table) {
     });
 }
 
-impl<T> Drop for Index<T> {
+impl<T, const S: bool> Drop for Index<T, S> {
     fn drop(&mut self) {
         let p = self.table.load(Ordering::Relaxed);
         if !p.is_null() {
@@ -858,6 +955,10 @@ impl<T: Indexed> Locked<'_, T> {
         let home = self.home_of(hash);
         let w = word(p as *const (), hash);
         let h = self.table.header();
+        let table = self.table;
+        if let Some(sh) = table.shards() {
+            return self.insert_sharded(sh, home, w);
+        }
         // Reserve first, unless closed or three quarters used (see the
         // counts word).
         let mut c = h.counts.load(Ordering::Relaxed);
@@ -900,6 +1001,60 @@ impl<T: Indexed> Locked<'_, T> {
         Err(InsertError::Full)
     }
 
+    /// `insert` in a sharded table: counts on this thread's shard, and
+    /// checks the three-quarters mark only once the shard has used its
+    /// quota of empty slots (then folds its count into the header's).
+    fn insert_sharded(&self, sh: &Shards, home: usize, w: usize) -> Result<(), InsertError> {
+        use std::sync::atomic::Ordering as O;
+        let mine = &sh.0[crate::sync::shard::current()].0;
+        if mine.used.load(O::Relaxed) >= self.table.quota() {
+            let (_, used) = self.table.totals();
+            if (used + 1) * 4 > self.table.capacity() * 3 {
+                return Err(InsertError::Full);
+            }
+            // Fold this shard into the header, so its trigger rearms.
+            let (l, u) = (mine.live.swap(0, O::Relaxed), mine.used.swap(0, O::Relaxed));
+            let h = &self.table.header().counts;
+            let mut c = h.load(Ordering::Relaxed);
+            loop {
+                let live = (live_of(c) as i64 + l).max(0) as u64;
+                let used = (used_of(c) as i64 + u).max(0) as u64;
+                match h.compare_exchange_weak(
+                    c,
+                    live * LIVE_ONE + used * USED_ONE,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(x) => c = x,
+                }
+            }
+        }
+        let slots = self.table.slots();
+        let mut i = home;
+        while i < slots.len() {
+            let v = slots[i].load(Ordering::Relaxed);
+            let e = v & PTR;
+            if e == EMPTY || e == TOMBSTONE {
+                preemption_point();
+                debug_assert!(v & MOVED == 0);
+                // Release: publishes the entry's initialized fields.
+                if slots[i].compare_exchange(v, (v & (LOCK | PARKED)) | w, Ordering::Release, Ordering::Relaxed).is_ok()
+                {
+                    super::audit::shared_writes(1);
+                    mine.live.fetch_add(1, O::Relaxed);
+                    if e == EMPTY {
+                        mine.used.fetch_add(1, O::Relaxed);
+                    }
+                    return Ok(());
+                }
+                continue;
+            }
+            i += 1;
+        }
+        Err(InsertError::Full)
+    }
+
     /// The slot holding `p` under the key `hash`: the pointer and the tag
     /// must both match, since during a rename between two keys of this
     /// home one entry sits in two slots, one per key.
@@ -936,7 +1091,14 @@ impl<T: Indexed> Locked<'_, T> {
             }
         }
         super::audit::shared_writes(1);
-        self.table.header().counts.fetch_sub(LIVE_ONE, Ordering::Relaxed);
+        match self.table.shards() {
+            Some(sh) => {
+                sh.0[crate::sync::shard::current()].0.live.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            None => {
+                self.table.header().counts.fetch_sub(LIVE_ONE, Ordering::Relaxed);
+            }
+        }
         true
     }
 
@@ -1004,12 +1166,12 @@ mod tests {
         Box::into_raw(Box::new(E { key, hash: h(key) }))
     }
 
-    fn find(ix: &Index<E>, rcu: &Rcu, key: u64) -> Option<u64> {
+    fn find<const S: bool>(ix: &Index<E, S>, rcu: &Rcu, key: u64) -> Option<u64> {
         let g = rcu.read_lock();
         ix.find(&g, h(key), |e| if e.key == key { Probe::Stop(e.key) } else { Probe::Skip })
     }
 
-    fn insert(ix: &Index<E>, rcu: &Rcu, p: *const E) {
+    fn insert<const S: bool>(ix: &Index<E, S>, rcu: &Rcu, p: *const E) {
         // SAFETY: test entries are leaked or freed after the index.
         let hash = unsafe { (*p).hash };
         loop {
@@ -1025,7 +1187,7 @@ mod tests {
         }
     }
 
-    fn remove(ix: &Index<E>, rcu: &Rcu, p: *const E) -> bool {
+    fn remove<const S: bool>(ix: &Index<E, S>, rcu: &Rcu, p: *const E) -> bool {
         // SAFETY: as above.
         // SAFETY: as above.
         let hash = unsafe { (*p).hash };
@@ -1036,8 +1198,13 @@ mod tests {
 
     #[test]
     fn grows_shrinks_and_finds_every_key() {
+        grows_shrinks_and_finds::<false>();
+        grows_shrinks_and_finds::<true>();
+    }
+
+    fn grows_shrinks_and_finds<const S: bool>() {
         let rcu = Rcu::new();
-        let ix = Index::<E>::new();
+        let ix = Index::<E, S>::new();
         let n = if cfg!(miri) { 300 } else { 100_000 };
         let es: Vec<_> = (0..n).map(entry).collect();
         for &p in &es {
@@ -1136,8 +1303,13 @@ mod tests {
     /// lookup of a stable key may miss.
     #[test]
     fn stable_keys_are_never_missed_while_others_churn_and_resize() {
+        stable_keys_under_churn::<false>();
+        stable_keys_under_churn::<true>();
+    }
+
+    fn stable_keys_under_churn<const S: bool>() {
         let rcu = Arc::new(Rcu::new());
-        let ix = Arc::new(Index::<E>::new());
+        let ix = Arc::new(Index::<E, S>::new());
         let stable: Vec<u64> = (0..64).collect();
         for &k in &stable {
             insert(&ix, &rcu, entry(k));

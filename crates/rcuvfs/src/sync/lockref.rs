@@ -139,6 +139,14 @@ impl Lockref {
         }
     }
 
+    /// Takes a reference if the count is above zero, without the lock:
+    /// `false` (changing nothing) when it is not, the lock is held, or the
+    /// CAS kept losing; the caller then takes the lock itself.
+    #[inline]
+    pub fn get_if_positive(&self) -> bool {
+        self.cmpxchg_loop(Ordering::Relaxed, |c| (c > 0).then_some(c + 1)).is_ok()
+    }
+
     /// Takes a reference unless the object is dead (`lockref_get_not_dead`);
     /// a count of zero (unused but cached) may be revived.
     #[inline]
