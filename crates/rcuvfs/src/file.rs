@@ -176,7 +176,7 @@ impl File {
     fn write_data(&self, offset: Option<u64>, buf: &[u8]) -> Result<u64> {
         let inode = self.inode();
         let fs = self.inode().fs();
-        let at = match inode.data.get() {
+        let at = match inode.data() {
             Some(pc) => {
                 let at = pc.write(offset, buf)?;
                 if !buf.is_empty() && inode.attr().mtime != crate::time::now() {
@@ -211,7 +211,7 @@ impl File {
         if self.kind == FileType::Dir {
             return fail(EISDIR);
         }
-        let n = match self.inode().data.get() {
+        let n = match self.inode().data_for_read() {
             Some(pc) => pc.read(offset, buf),
             None => self.inode().fs().read(self.ino, offset, buf)?,
         };

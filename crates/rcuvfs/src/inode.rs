@@ -1,21 +1,33 @@
-//! In-core inodes: the VFS's cached copy of a filesystem inode's attributes,
-//! readable with no lock and no store.
+//! In-core inodes: the VFS's copy of a filesystem inode's attributes,
+//! readable with no lock and no store; and, for memfs, the inode itself.
+//!
+//! # Two owners
+//!
+//! Most filesystems keep their own truth and hand the VFS attributes: the
+//! VFS then keeps an in-core copy for as long as a dentry or an open file
+//! refers to it, and frees it at its last reference (returning the
+//! filesystem's lookup count with `FileSystem::forget`). memfs instead keeps
+//! its truth *in* in-core inodes, as tmpfs keeps its in the kernel's inodes:
+//! its inodes are the VFS's, found by number in one table, so nothing exists
+//! twice and nothing needs refreshing after an update. Such an inode lives
+//! while it has a link or a VFS reference; the last of the two to go frees
+//! it. [`InodeTable::owned`] says which kind a table holds.
 //!
 //! # Locks
 //!
 //! | lock / protocol        | protects                                          |
 //! |------------------------|---------------------------------------------------|
 //! | `Inode::attrs` (seqlock) | every attribute field; writers hold its lock    |
-//! | `InodeTable::map`      | the ino -> inode map and the 0 <-> 1 transitions of `refs` |
+//! | `Inode::refs`' lock (a lockref) | the reference count's transitions to and from zero, and the decision to free (with `nlink` for an owned inode) |
+//! | the table's index home locks | the ino -> inode index (`sync::index`)     |
 //! | `InodeTable::list`'s locks | the superblock's inode list (one lock, or one per shard; see `sync::list_batch`) |
+//! | `Inode::aliases`       | the dentries that name the inode (a leaf)         |
 //!
-//! Order: the dcache's locks (see `dcache`), then `InodeTable::map`, then
-//! `attrs`' lock. (Namespace changes are serialized per name by the
-//! dcache's name locks; no lock covers a whole directory.)
-//! The list's locks are leaves, taken with no other inode lock held. A
-//! filesystem's own locks come after all of these: `iget` asks the
-//! filesystem for a new inode's symlink target and page cache under `map`,
-//! and the last `iput` calls `forget` holding none.
+//! Order: the dcache's locks (see `dcache`), then `refs`' lock, then an
+//! index home lock, then `attrs`' lock; the list's locks and `aliases` are
+//! leaves. A filesystem's own locks come after all of these (`iget` asks the
+//! filesystem for a new inode's symlink target; the last `iput` calls
+//! `forget` holding none).
 //!
 //! # Reading attributes
 //!
@@ -26,20 +38,21 @@
 //!
 //! # Lifetime
 //!
-//! `refs` counts dentries that point here and open files. The last `iput`
-//! removes the inode from the table, returns the filesystem's lookup count
-//! (`FileSystem::forget`) and frees the inode through `call_rcu`, because an
-//! RCU walker may still be reading it.
+//! An inode is freed through `call_rcu` of the VFS's RCU domain (memfs's
+//! included: memfs is bound to its VFS's domain), because an RCU walker may
+//! still be reading it. It leaves its table and the superblock list first.
 
-use crate::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::collections::HashMap;
+use crate::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::ptr;
 use std::sync::{Arc, OnceLock};
 
 use crate::dcache::LiveCounters;
 use crate::filemap::PageCache;
 use crate::fs::{Attr, FileSystem, FileType, Ino, Timespec};
+use crate::sync::index::{Index, InsertError, Probe};
 use crate::sync::list_batch::{InodeList, ListMode, Node};
-use crate::sync::{Mutex, Rcu, SeqLock};
+use crate::sync::lockref::DEAD;
+use crate::sync::{Lockref, Mutex, Rcu, SeqLock};
 
 struct Times {
     sec: AtomicI64,
@@ -59,10 +72,21 @@ impl Times {
     }
 }
 
+/// The key of an inode number in an inode table (a multiplicative mix, so
+/// that the index's homes, its top bits, spread).
+#[inline]
+pub(crate) fn ino_hash(ino: Ino) -> u64 {
+    let x = ino.wrapping_add(0x9e37_79b9_7f4a_7c15).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    (x ^ (x >> 29)).wrapping_mul(0x94d0_49bb_1331_11eb) | 1
+}
+
 /// An in-core inode.
 pub(crate) struct Inode {
     pub ino: Ino,
     pub kind: FileType,
+    /// The filesystem's own inode (memfs), not a copy: its attributes are
+    /// the truth and are never set from outside.
+    owned: bool,
     // Read under `attrs`' sequence count with relaxed loads; written in its
     // write sections with relaxed stores (the seqlock's fences order them).
     attrs: SeqLock,
@@ -81,15 +105,24 @@ pub(crate) struct Inode {
     /// The cached dentries that name this inode (Linux `i_dentry`, seed 003's
     /// figure 5): hard links are aliases. A leaf lock.
     pub aliases: Mutex<Vec<usize>>,
-    /// A regular file's page cache, when its filesystem keeps one: the
-    /// file's size and blocks are read from it.
-    pub data: OnceLock<Arc<PageCache>>,
-    refs: AtomicUsize,
+    /// A regular file's page cache, asked of the filesystem the first time
+    /// data is read or written (`None`: the filesystem has none, data goes
+    /// through `read` and `write`). An empty file never has one.
+    data: OnceLock<Option<Arc<PageCache>>>,
+    /// VFS references (dentries and open files), with the lock that decides
+    /// the inode's end.
+    refs: Lockref,
+    /// A copy: the lookups the VFS owes the filesystem. An owned inode:
+    /// the lookups its filesystem handed out and was not yet paid back
+    /// (FUSE's `nlookup`, kept in the inode itself).
     nlookup: AtomicU64,
     /// Membership of the superblock's inode list.
     sb: Node,
-    /// The superblock this inode belongs to; it outlives its inodes.
-    owner: *const Super,
+    /// The superblock this inode belongs to; it outlives its inodes. Set once
+    /// (for an owned inode, when its filesystem is bound to a superblock).
+    owner: AtomicPtr<Super>,
+    /// memfs: a directory's entries (an index closed when it is removed).
+    pub(crate) entries: Index<crate::fs::memfs::Dirent>,
 }
 
 // SAFETY: `owner` points at a superblock that outlives the inode (teardown
@@ -98,12 +131,31 @@ unsafe impl Send for Inode {}
 // SAFETY: as above.
 unsafe impl Sync for Inode {}
 
+impl crate::sync::index::Indexed for Inode {
+    fn index_hash(&self) -> u64 {
+        ino_hash(self.ino)
+    }
+}
+
 impl Inode {
-    fn new(a: &Attr, owner: *const Super) -> Inode {
+    /// A copy of a filesystem's inode, with `a`'s attributes and no
+    /// reference.
+    pub(crate) fn new(a: &Attr, owner: *const Super) -> Inode {
+        Self::make(a, owner, false)
+    }
+
+    /// A filesystem's own inode (memfs), with no reference and no lookup;
+    /// `owner` may be null (not bound to a superblock yet).
+    pub(crate) fn new_owned(a: &Attr, owner: *const Super) -> Inode {
+        Self::make(a, owner, true)
+    }
+
+    fn make(a: &Attr, owner: *const Super, owned: bool) -> Inode {
         Inode {
-            owner,
+            owner: AtomicPtr::new(owner as *mut Super),
             ino: a.ino,
             kind: a.kind,
+            owned,
             attrs: SeqLock::new(),
             perm: AtomicU32::new(a.perm),
             nlink: AtomicU32::new(a.nlink),
@@ -118,9 +170,10 @@ impl Inode {
             link: OnceLock::new(),
             data: OnceLock::new(),
             aliases: Mutex::new(Vec::new()),
-            refs: AtomicUsize::new(0),
+            refs: Lockref::new(0),
             nlookup: AtomicU64::new(0),
             sb: Node::new(a.ino),
+            entries: Index::new(),
         }
     }
 
@@ -129,10 +182,32 @@ impl Inode {
     /// takes the lock).
     #[inline]
     pub fn attr(&self) -> Attr {
+        if self.owned && self.kind == FileType::Dir {
+            // A directory's size is its entry count, read from its index.
+            let sb = self.owner.load(Ordering::Relaxed);
+            if !sb.is_null() {
+                // SAFETY: a bound inode's superblock outlives it.
+                let g = unsafe { &*sb }.rcu.read_lock();
+                return self.attr_with(&g);
+            }
+        }
         let mut a = self.cached_attr();
-        if let Some(pc) = self.data.get() {
+        if let Some(Some(pc)) = self.data.get() {
             a.size = pc.size();
             a.blocks = pc.pages() * 8;
+        }
+        a
+    }
+
+    /// [`attr`](Self::attr) for a caller in a read section of the inode's
+    /// RCU domain (memfs).
+    pub(crate) fn attr_with(&self, g: &crate::sync::RcuGuard<'_>) -> Attr {
+        let mut a = self.cached_attr();
+        if let Some(Some(pc)) = self.data.get() {
+            a.size = pc.size();
+            a.blocks = pc.pages() * 8;
+        } else if self.owned && self.kind == FileType::Dir {
+            a.size = self.entries.len(g) as u64;
         }
         a
     }
@@ -154,10 +229,20 @@ impl Inode {
         })
     }
 
-    /// Replaces the cached attributes with `a` (from the filesystem).
+    /// Replaces the cached attributes with `a` (from the filesystem); does
+    /// nothing, storing nothing, if they are the same.
     pub fn set_attr(&self, a: &Attr) {
         debug_assert_eq!(a.ino, self.ino);
+        // An owned inode is the truth: whatever the filesystem returned was
+        // read from it, and may be older than it by now.
+        if self.owned || self.cached_attr() == *a {
+            return;
+        }
         let _w = self.attrs.write();
+        self.store_attr(a);
+    }
+
+    fn store_attr(&self, a: &Attr) {
         self.perm.store(a.perm, Ordering::Relaxed);
         self.nlink.store(a.nlink, Ordering::Relaxed);
         self.uid.store(a.uid, Ordering::Relaxed);
@@ -170,18 +255,141 @@ impl Inode {
         self.ctime.store(a.ctime);
     }
 
-    /// Re-reads the attributes from the filesystem after a change.
+    /// Changes attributes as one write section: `f` gets the current
+    /// attributes and changes what it wants; they are stored if they
+    /// differ. For a filesystem whose truth these are (memfs). Returns `f`'s
+    /// result and the attributes after.
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut Attr) -> R) -> (R, Attr) {
+        // The writers' lock without a write section: readers run on while
+        // `f` decides, and are disturbed only if something changes.
+        let _w = self.attrs.read_locked();
+        let old = self.cached_attr_locked();
+        let mut a = old.clone();
+        let r = f(&mut a);
+        if a != old {
+            let s = self.attrs.seqcount();
+            s.write_begin();
+            self.store_attr(&a);
+            s.write_end();
+        }
+        (r, a)
+    }
+
+    /// The attributes, read while holding `attrs`' lock (no writer runs).
+    fn cached_attr_locked(&self) -> Attr {
+        Attr {
+            ino: self.ino,
+            kind: self.kind,
+            perm: self.perm.load(Ordering::Relaxed),
+            nlink: self.nlink.load(Ordering::Relaxed),
+            uid: self.uid.load(Ordering::Relaxed),
+            gid: self.gid.load(Ordering::Relaxed),
+            size: self.size.load(Ordering::Relaxed),
+            blocks: self.blocks.load(Ordering::Relaxed),
+            atime: self.atime.load(),
+            mtime: self.mtime.load(),
+            ctime: self.ctime.load(),
+            rdev: self.rdev.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The link count, as a hint (one load).
+    pub(crate) fn nlink_hint(&self) -> u32 {
+        self.nlink.load(Ordering::Relaxed)
+    }
+
+    /// Sets mtime (if `modify`) and ctime to `t`, unless they are already
+    /// `t`: with the coarse clock, a burst of changes stores once per tick.
+    pub(crate) fn touch(&self, t: Timespec, modify: bool) {
+        if self.ctime.load() == t && (!modify || self.mtime.load() == t) {
+            return;
+        }
+        self.update(|a| {
+            a.ctime = t;
+            if modify {
+                a.mtime = t;
+            }
+        });
+    }
+
+    /// Sets atime to `t` (a read), unless it is `t` already.
+    pub(crate) fn touch_atime(&self, t: Timespec) {
+        if self.atime.load() != t {
+            self.update(|a| a.atime = t);
+        }
+    }
+
+    /// An owned inode: counts `n` lookups handed out (memfs).
+    pub(crate) fn lookups_add(&self, n: u64) {
+        self.nlookup.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// An owned inode: `n` lookups paid back (saturating: a filesystem
+    /// cannot trust its callers' counts).
+    pub(crate) fn lookups_sub(&self, n: u64) {
+        let _ = self.nlookup.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c.saturating_sub(n)));
+    }
+
+    /// Sets the superblock of an owned inode (memfs's `bind`).
+    pub(crate) fn set_owner(&self, sb: *const Super) {
+        self.owner.store(sb as *mut Super, Ordering::Relaxed);
+    }
+
+    /// Re-reads the attributes from the filesystem after a change (nothing
+    /// to do for an inode that is the filesystem's truth).
     pub fn refresh(&self, fs: &dyn FileSystem) {
+        if self.owned {
+            return;
+        }
         if let Ok(a) = fs.getattr(self.ino) {
             self.set_attr(&a);
         }
     }
 
+    /// The page cache holding a regular file's data, asked of the
+    /// filesystem the first time (memfs makes one then); `None` if the
+    /// filesystem keeps data elsewhere, or this is not a regular file.
+    pub fn data(&self) -> Option<&Arc<PageCache>> {
+        if self.kind != FileType::File {
+            return None;
+        }
+        self.data
+            .get_or_init(|| match self.fs().as_memfs() {
+                // Its own inode: made in place (no reentry into `data`).
+                Some(m) if self.owned => Some(m.new_page_cache()),
+                _ => self.fs().page_cache(self.ino),
+            })
+            .as_ref()
+    }
+
+    /// The page cache if the file has one already (no call).
+    pub fn data_if_any(&self) -> Option<&Arc<PageCache>> {
+        self.data.get().and_then(|d| d.as_ref())
+    }
+
+    /// The page cache to read through: for an owned inode only one that
+    /// exists (a file never written has no data, and its filesystem's
+    /// `read` answers that without making one).
+    pub fn data_for_read(&self) -> Option<&Arc<PageCache>> {
+        if self.owned {
+            self.data_if_any()
+        } else {
+            self.data()
+        }
+    }
+
+    /// The page cache, made with `make` if there is none yet (memfs, for
+    /// its own inodes).
+    pub(crate) fn data_or_init(&self, make: impl FnOnce() -> Arc<PageCache>) -> &Arc<PageCache> {
+        self.data.get_or_init(|| Some(make())).as_ref().expect("a file's page cache")
+    }
+
     /// The superblock this inode belongs to.
     #[inline]
     pub fn sb(&self) -> &Super {
-        // SAFETY: a superblock outlives its inodes.
-        unsafe { &*self.owner }
+        // SAFETY: a superblock outlives its inodes; an owned inode's is set
+        // when its filesystem is bound, before the VFS can reach it.
+        unsafe { &*self.owner.load(Ordering::Relaxed) }
     }
 
     /// The filesystem that holds this inode's truth.
@@ -193,9 +401,13 @@ impl Inode {
     /// Takes a reference; the caller already holds one (directly or through
     /// a dentry it holds), so the count is not zero.
     pub fn hold(&self) {
-        crate::sync::audit::shared_writes(1);
-        let old = self.refs.fetch_add(1, Ordering::Relaxed);
-        debug_assert!(old > 0);
+        debug_assert!(self.refs.count_hint() > 0);
+        self.refs.get();
+    }
+
+    /// Whether the inode has been marked for freeing.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.refs.count_hint() == DEAD
     }
 }
 
@@ -206,7 +418,9 @@ impl Inode {
 /// period, since an RCU walker may still read it.
 pub(crate) struct Super {
     pub fs: Arc<dyn FileSystem>,
-    pub itable: InodeTable,
+    pub itable: Arc<InodeTable>,
+    /// The VFS's RCU domain (its inodes and dentries are freed through it).
+    pub rcu: Arc<Rcu>,
     /// Cached names must be revalidated (`fs.revalidates()`, and then what
     /// the filesystem says through `Notify::set_revalidate`): RCU-walk gives
     /// up in such a filesystem. Read with a relaxed load, written rarely.
@@ -218,164 +432,383 @@ pub(crate) struct Super {
 }
 
 impl Super {
-    pub fn new(fs: Arc<dyn FileSystem>, list: ListMode) -> Super {
-        Super {
+    /// A superblock for `fs`. A memfs that can be bound to it (it serves no
+    /// other superblock, and lives in the VFS's RCU domain or in none yet)
+    /// lends its own inode table: its inodes are then the in-core inodes.
+    /// Any other filesystem gets a table of copies, in list mode `list`.
+    pub fn new(fs: Arc<dyn FileSystem>, list: ListMode, rcu: Arc<Rcu>) -> *const Super {
+        let lent = fs.as_memfs().map(|m| m.table().clone());
+        let sb = Box::into_raw(Box::new(Super {
             revalidates: std::sync::atomic::AtomicBool::new(fs.revalidates()),
+            itable: lent.unwrap_or_else(|| Arc::new(InodeTable::new(list, false))),
             fs,
-            itable: InodeTable::new(list),
+            rcu,
             root: AtomicUsize::new(0),
             mounts: AtomicUsize::new(0),
+        }));
+        // SAFETY: just allocated, not shared yet.
+        let sbr = unsafe { &mut *sb };
+        if let Some(m) = sbr.fs.as_memfs() {
+            if !m.bind(sb, &sbr.rcu) {
+                // Bound elsewhere, or in another RCU domain: copies, as for
+                // any filesystem.
+                sbr.itable = Arc::new(InodeTable::new(list, false));
+            }
         }
+        sb
     }
 
     /// `iget` in this superblock's table.
-    pub fn iget(&self, attr: &Attr, counted_lookup: bool, counters: &LiveCounters) -> *const Inode {
-        self.itable.iget(attr, counted_lookup, self, counters)
+    pub fn iget(&self, attr: &Attr, counted_lookup: bool, counters: &LiveCounters) -> std::io::Result<*const Inode> {
+        self.itable.iget(attr, counted_lookup, self, counters, &self.rcu)
     }
 }
 
-/// The ino -> in-core inode map of one superblock (Linux `inode_hashtable`, with
-/// `iget` and `iput`).
+/// What an owned table calls as it frees each inode.
+pub(crate) type OnFree = Box<dyn Fn(&Inode) + Send + Sync>;
+
+/// The ino -> in-core inode table of one superblock (Linux's inode hash,
+/// with `iget` and `iput`), on a sharded index: creates anywhere in the
+/// filesystem write no common line.
 pub(crate) struct InodeTable {
-    map: Mutex<HashMap<Ino, *const Inode>>,
+    index: Index<Inode, true>,
     /// The superblock's list of in-core inodes (`s_inodes`), in the mode
-    /// chosen at build time (seed 004). Adds and deletes happen outside
-    /// `map`'s lock, as Linux calls `inode_sb_list_add` outside
-    /// `inode_hash_lock`, so the list's own locking is what contends.
+    /// chosen at build time (seed 004).
     pub list: InodeList,
+    /// The filesystem owns the inodes (memfs): they are its truth, live
+    /// while linked, looked up or referenced, and the VFS only references
+    /// them.
+    pub owned: bool,
+    /// Called on an owned inode as it is freed (its filesystem's
+    /// accounting).
+    on_free: Option<OnFree>,
 }
 
-// SAFETY: the raw pointers are owned by the table (allocated by `iget`,
-// freed through RCU by `iput`); `Inode` is Send + Sync.
+// SAFETY: the raw pointers are owned by the table (allocated by `iget` or
+// the owning filesystem, freed through RCU); `Inode` is Send + Sync.
 unsafe impl Send for InodeTable {}
-// SAFETY: as above; the map is behind a lock.
+// SAFETY: as above.
 unsafe impl Sync for InodeTable {}
 
 impl InodeTable {
-    pub fn new(list: ListMode) -> InodeTable {
-        InodeTable { map: Mutex::new(HashMap::new()), list: InodeList::new(list) }
+    /// A table of copies.
+    pub fn new(list: ListMode, owned: bool) -> InodeTable {
+        debug_assert!(!owned, "an owned table is made with `new_owned`");
+        InodeTable { index: Index::new_sharded(), list: InodeList::new(list), owned: false, on_free: None }
+    }
+
+    /// A filesystem's own table (memfs); `on_free` sees each inode as it is
+    /// freed.
+    pub fn new_owned(list: ListMode, on_free: OnFree) -> InodeTable {
+        InodeTable { index: Index::new_sharded(), list: InodeList::new(list), owned: true, on_free: Some(on_free) }
+    }
+
+    /// The inode numbered `ino`, live at the time of the probe; the caller
+    /// is in a read section of the table's RCU domain.
+    pub fn get<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, ino: Ino) -> Option<&'g Inode> {
+        self.index.find(
+            guard,
+            ino_hash(ino),
+            |i| {
+                if i.ino == ino && !i.is_dead() {
+                    Probe::Stop(i)
+                } else {
+                    Probe::Skip
+                }
+            },
+        )
+    }
+
+    /// Every inode in the table (a snapshot of no instant).
+    pub fn for_each<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, f: impl FnMut(&'g Inode)) {
+        self.index.for_each(guard, f)
+    }
+
+    /// Puts a new owned inode in the table and on the list (made by its
+    /// filesystem, with no reference). Returns its address.
+    pub fn insert_new(&self, inode: Box<Inode>, rcu: &Rcu) -> *const Inode {
+        debug_assert!(self.owned && inode.owned);
+        let p = Box::into_raw(inode) as *const Inode;
+        // SAFETY: just allocated; shared from the insert on.
+        let i = unsafe { &*p };
+        let hash = ino_hash(i.ino);
+        loop {
+            // The home lock is released at the end of this statement, before
+            // a grow (which would wait for it).
+            let r = self.index.lock(hash, rcu).insert(i, hash);
+            match r {
+                Ok(()) => break,
+                Err(InsertError::Full) => self.index.grow(rcu),
+                Err(InsertError::Closed) => unreachable!("inode tables are never closed"),
+            }
+        }
+        // SAFETY: a new inode, on no list; it leaves the list before it is
+        // freed (`free`).
+        unsafe { self.list.add(&i.sb) };
+        p
     }
 
     /// The in-core inode for `attr` with one more reference, created (with
     /// `attr`'s attributes) if absent. `counted_lookup`: the filesystem
-    /// counted a lookup reference for this call that we now owe.
-    pub fn iget(&self, attr: &Attr, counted_lookup: bool, sb: &Super, counters: &LiveCounters) -> *const Inode {
-        let fs = &*sb.fs;
-        let mut map = self.map.lock();
-        let p = match map.get(&attr.ino) {
-            Some(&p) => {
-                // SAFETY: pointers in the map are live: iput removes them
-                // under this lock before retiring them.
-                unsafe { (*p).set_attr(attr) };
-                p
-            }
-            None => {
-                let inode = Box::new(Inode::new(attr, sb));
-                if attr.kind == FileType::Symlink {
-                    if let Ok(t) = fs.readlink(attr.ino) {
-                        let _ = inode.link.set(t.into_boxed_slice());
+    /// counted a lookup for this call, which we now owe (for an owned
+    /// inode, our reference takes its place at once). ENOENT only for an
+    /// owned inode that went meanwhile (its last name removed by a caller
+    /// that bypassed the VFS's name locks).
+    pub fn iget(
+        &self,
+        attr: &Attr,
+        counted_lookup: bool,
+        sb: &Super,
+        counters: &LiveCounters,
+        rcu: &Rcu,
+    ) -> std::io::Result<*const Inode> {
+        loop {
+            if let Some(p) = self.try_get(attr, counters, rcu) {
+                // SAFETY: we hold a reference.
+                let i = unsafe { &*p };
+                if counted_lookup {
+                    if self.owned {
+                        // Our reference keeps it now.
+                        i.lookups_sub(1);
+                    } else {
+                        i.nlookup.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                if attr.kind == FileType::File {
-                    if let Some(pc) = fs.page_cache(attr.ino) {
-                        let _ = inode.data.set(pc);
-                    }
-                }
-                let p = Box::into_raw(inode) as *const Inode;
-                map.insert(attr.ino, p);
-                counters.add_inode(1);
-                p
+                return Ok(p);
             }
-        };
-        // SAFETY: `p` is live (above) and we hold the map lock.
-        let inode = unsafe { &*p };
-        let fresh = inode.refs.fetch_add(1, Ordering::Relaxed) == 0 && !inode.sb.is_listed();
-        if counted_lookup {
-            inode.nlookup.fetch_add(1, Ordering::Relaxed);
+            if self.owned {
+                return crate::error::fail(crate::error::ENOENT);
+            }
+            // Not in core: a new one, unless another thread adds it first.
+            let fs = &*sb.fs;
+            let inode = Box::new(Inode::new(attr, sb));
+            if attr.kind == FileType::Symlink {
+                if let Ok(t) = fs.readlink(attr.ino) {
+                    let _ = inode.link.set(t.into_boxed_slice());
+                }
+            }
+            inode.refs.get();
+            if counted_lookup {
+                inode.nlookup.store(1, Ordering::Relaxed);
+            }
+            let hash = ino_hash(attr.ino);
+            let p = Box::into_raw(inode) as *const Inode;
+            // SAFETY: ours until inserted.
+            let i = unsafe { &*p };
+            let mut l = self.index.lock(hash, rcu);
+            let present = l
+                .find(hash, |x| if x.ino == attr.ino && !x.is_dead() { Probe::Stop(()) } else { Probe::Skip })
+                .is_some();
+            if present {
+                drop(l);
+                // SAFETY: never shared.
+                drop(unsafe { Box::from_raw(p as *mut Inode) });
+                continue;
+            }
+            match l.insert(i, hash) {
+                Ok(()) => {}
+                Err(InsertError::Full) => {
+                    drop(l);
+                    // SAFETY: never shared.
+                    drop(unsafe { Box::from_raw(p as *mut Inode) });
+                    self.index.grow(rcu);
+                    continue;
+                }
+                Err(InsertError::Closed) => unreachable!("inode tables are never closed"),
+            }
+            drop(l);
+            counters.add_inode(1);
+            // SAFETY: a new inode, on no list; it leaves the list before it
+            // is freed. Our reference keeps it alive meanwhile.
+            unsafe { self.list.add(&i.sb) };
+            return Ok(p);
         }
-        drop(map);
-        if fresh {
-            // SAFETY: a new inode, on no list; it is deleted from the list
-            // before it is freed (`iput`, `clear`). Our reference keeps it
-            // alive meanwhile.
-            unsafe { self.list.add(&inode.sb) };
+    }
+
+    /// A referenced in-core inode for `attr.ino`, its attributes refreshed
+    /// from `attr` (for a copy), if one is in core and not dying.
+    fn try_get(&self, attr: &Attr, counters: &LiveCounters, rcu: &Rcu) -> Option<*const Inode> {
+        let g = rcu.read_lock();
+        let i = self.get(&g, attr.ino)?;
+        if !self.take_ref(i, counters) {
+            return None;
         }
-        p
+        i.set_attr(attr);
+        Some(i as *const Inode)
+    }
+
+    /// Takes a reference on `i` unless it is dying; an owned inode's first
+    /// VFS reference counts it as in core.
+    fn take_ref(&self, i: &Inode, counters: &LiveCounters) -> bool {
+        if !self.owned {
+            return i.refs.get_not_dead();
+        }
+        if i.refs.get_if_positive() {
+            return true;
+        }
+        // 0 -> 1 under the lock, to count it in core once.
+        let mut g = i.refs.lock();
+        let c = g.count();
+        if c < 0 {
+            return false;
+        }
+        g.set_count(c + 1);
+        if c == 0 {
+            counters.add_inode(1);
+        }
+        true
     }
 
     /// The in-core inode `ino` with one more reference, if it is in core.
-    pub fn find_hold(&self, ino: Ino) -> Option<*const Inode> {
-        let map = self.map.lock();
-        let p = *map.get(&ino)?;
-        // SAFETY: pointers in the map are live; the lock keeps it there.
-        unsafe { (*p).refs.fetch_add(1, Ordering::Relaxed) };
-        Some(p)
+    pub fn find_hold(&self, ino: Ino, counters: &LiveCounters, rcu: &Rcu) -> Option<*const Inode> {
+        let g = rcu.read_lock();
+        let i = self.get(&g, ino)?;
+        self.take_ref(i, counters).then_some(i as *const Inode)
     }
 
-    /// Drops a reference; the last one forgets and frees the inode.
+    /// Drops a reference. The last one frees a copy (returning the
+    /// filesystem's lookups with `forget`); an owned inode is freed only if
+    /// it has no link and no lookup left either, else it stays with its
+    /// filesystem, unreferenced.
     ///
     /// # Safety
-    /// `p` came from `iget` and the caller owns one of its references.
+    /// `p` came from `iget` (or `find_hold`) and the caller owns one of its
+    /// references.
     pub unsafe fn iput(&self, p: *const Inode, rcu: &Rcu, counters: &LiveCounters) {
         // SAFETY: the caller owns a reference, so the inode is live.
         let inode = unsafe { &*p };
         crate::sync::audit::shared_writes(1);
-        // Fast path: not the last reference. Release pairs with the Acquire
-        // fence of whoever drops the last one.
-        let mut cur = inode.refs.load(Ordering::Relaxed);
-        while cur > 1 {
-            match inode.refs.compare_exchange_weak(cur, cur - 1, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(c) => cur = c,
+        let Some(mut g) = inode.refs.put_or_lock() else { return };
+        counters.add_inode(-1);
+        if self.owned {
+            g.set_count(0);
+            if !Self::unused_owned(inode) {
+                return;
             }
-        }
-        let mut map = self.map.lock();
-        if inode.refs.fetch_sub(1, Ordering::Release) != 1 {
+            g.mark_dead();
+            drop(g);
+            self.free(inode, rcu);
             return;
         }
-        crate::sync::atomic::fence(Ordering::Acquire);
-        // Free through the pointer `iget` got from `Box::into_raw`: `p` may
-        // derive from a shared reference (a File's), which may not free
-        // (Stacked Borrows).
-        let owned = map.remove(&inode.ino).expect("in-core inode in the table");
-        drop(map);
-        // SAFETY: added by the `iget` that created it; only this, the last
-        // reference, deletes it.
-        unsafe { self.list.del(&inode.sb) };
-        counters.add_inode(-1);
+        g.mark_dead();
+        drop(g);
         let n = inode.nlookup.load(Ordering::Relaxed);
+        self.free(inode, rcu);
         if n > 0 {
             inode.fs().forget(inode.ino, n);
         }
-        // SAFETY: removed from the table, and no dentry or file points here
-        // (refs reached zero), so only RCU readers that loaded it earlier
-        // can still see it; they are waited out.
-        unsafe { rcu.retire_box(owned as *mut Inode) };
     }
 
-    /// Evicts every inode left (teardown, when nothing else can reach
-    /// them): walks the superblock list, as unmount's `evict_inodes` does,
-    /// and checks it against the table: an inode missing from the list, or
-    /// a list entry with no inode, is a bug.
-    pub fn clear(&self, counters: &LiveCounters, rcu: &Rcu) {
-        let mut map = self.map.lock();
-        let mut listed = 0;
-        self.list.for_each(|ino| {
-            assert!(map.contains_key(&ino), "inode {ino} on the superblock list but not in core");
-            listed += 1;
-        });
-        assert_eq!(listed, map.len(), "an in-core inode is missing from the superblock list");
-        for (_, p) in map.drain() {
-            counters.add_inode(-1);
-            // SAFETY: no dentry or file refers to it any more (the
-            // superblock's last mount is gone, or the Vfs is); the node is
-            // on the list (checked above); RCU walkers that crossed into the
-            // superblock may still read it, hence the grace period.
-            unsafe {
-                self.list.del(&(*p).sb);
-                rcu.retire_box(p as *mut Inode);
+    /// Whether an owned inode has nothing left that keeps it: no link and
+    /// no lookup (its references are the caller's to check, under their
+    /// lock).
+    fn unused_owned(inode: &Inode) -> bool {
+        inode.nlink_hint() == 0 && inode.nlookup.load(Ordering::Relaxed) == 0
+    }
+
+    /// Frees an owned inode if nothing keeps it any more: no link, no
+    /// lookup and no VFS reference. Its filesystem calls this after
+    /// dropping the last of the first two (the last `iput` checks the same
+    /// for the third). The decision is taken under the references' lock,
+    /// so exactly one of the racing callers frees it.
+    pub fn release_if_unused(&self, inode: &Inode, rcu: &Rcu) {
+        let mut g = inode.refs.lock();
+        if g.count() != 0 || !Self::unused_owned(inode) {
+            return;
+        }
+        g.mark_dead();
+        drop(g);
+        self.free(inode, rcu);
+    }
+
+    /// Takes a dead inode out of the table and the list, and retires it.
+    fn free(&self, inode: &Inode, rcu: &Rcu) {
+        let hash = ino_hash(inode.ino);
+        let removed = self.index.lock(hash, rcu).remove(inode, hash);
+        debug_assert!(removed, "an inode being freed is in its table");
+        self.index.shrink_if_sparse(rcu);
+        // SAFETY: added when the inode was made; only this, its end,
+        // deletes it.
+        unsafe { self.list.del(&inode.sb) };
+        if let Some(f) = &self.on_free {
+            f(inode);
+        }
+        // SAFETY: out of the table and off the list, with no reference: only
+        // RCU readers that loaded it earlier can see it; they are waited out.
+        unsafe { rcu.retire_box(inode as *const Inode as *mut Inode) };
+    }
+
+    /// Teardown of the superblock: evicts every copy left (nothing can
+    /// reach them any more), checking the superblock list against the table
+    /// as unmount's `evict_inodes` walks it. An owned table's inodes stay
+    /// with their filesystem, unbound from the superblock: the references
+    /// the VFS held on them are gone (a teardown frees dentries without
+    /// `iput`), and those that nothing else keeps are freed.
+    pub fn clear(&self, sb: &Super, counters: &LiveCounters, rcu: &Rcu) {
+        let g = rcu.read_lock();
+        let mut left: Vec<*const Inode> = Vec::new();
+        self.index.for_each(&g, |i| {
+            if !i.is_dead() {
+                left.push(i);
             }
+        });
+        drop(g);
+        if self.owned {
+            if let Some(m) = sb.fs.as_memfs() {
+                m.unbind(sb);
+            }
+            for p in left {
+                // SAFETY: in the table, so live; our read section ended, but
+                // only `release_if_unused` and `iput` free an owned inode,
+                // and nobody else can reach this table's inodes through the
+                // VFS any more; the filesystem frees through this path too.
+                let i = unsafe { &*p };
+                i.set_owner(ptr::null());
+                let mut r = i.refs.lock();
+                if r.count() > 0 {
+                    r.set_count(0);
+                    counters.add_inode(-1);
+                }
+                drop(r);
+                self.release_if_unused(i, rcu);
+            }
+            return;
+        }
+        let mut listed = 0;
+        self.list.for_each(|_| listed += 1);
+        assert_eq!(listed, left.len(), "the superblock list and the inode table disagree");
+        for p in left {
+            // SAFETY: teardown: no dentry or file refers to it any more;
+            // freed through RCU since walkers may still read it.
+            let i = unsafe { &*p };
+            i.refs.lock().mark_dead();
+            counters.add_inode(-1);
+            self.free(i, rcu);
         }
         debug_assert!(self.list.is_empty());
+    }
+
+    /// Frees every inode of an owned table at once, with `f` called on each
+    /// first (its filesystem's teardown).
+    ///
+    /// # Safety
+    /// Nothing can reach the table or its inodes any more, and no RCU
+    /// reader can still hold one of them.
+    pub unsafe fn drop_owned(&self, rcu: &Rcu, mut f: impl FnMut(&Inode)) {
+        let g = rcu.read_lock();
+        let mut all: Vec<*const Inode> = Vec::new();
+        self.index.for_each(&g, |i| all.push(i));
+        drop(g);
+        // SAFETY: the caller's contract.
+        unsafe { self.index.clear_now() };
+        for p in all {
+            // SAFETY: the caller's contract.
+            let i = unsafe { &*p };
+            f(i);
+            // SAFETY: on the list since its creation.
+            unsafe { self.list.del(&i.sb) };
+            // SAFETY: the caller's contract: no reader is left.
+            drop(unsafe { Box::from_raw(p as *mut Inode) });
+        }
     }
 }

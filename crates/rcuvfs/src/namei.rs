@@ -359,7 +359,7 @@ impl Dcache {
         let sb = dir.sb();
         match sb.fs.lookup(dir_ino, name) {
             Ok(attr) => {
-                let ip = sb.iget(&attr, true, &self.counters);
+                let ip = sb.iget(&attr, true, &self.counters)?;
                 self.d_splice_alias(dir, name, ip)
             }
             Err(e) if errno_of(&e) == ENOENT => Ok(self.d_add(dir, name, std::ptr::null())),

@@ -169,7 +169,8 @@ impl VfsBuilder {
     }
 
     pub fn build(self) -> Result<Vfs> {
-        let fs = self.fs.unwrap_or_else(|| Arc::new(MemFs::new(self.memfs)));
+        let fs =
+            self.fs.unwrap_or_else(|| Arc::new(MemFs::new(MemFsOptions { inode_list: self.inode_list, ..self.memfs })));
         // A filesystem that can hold only so many inodes caps the target.
         let dcache_target = fs.inode_budget().map_or(self.dcache_target, |b| self.dcache_target.min(b.max(16)));
         let dc = Dcache::new(
@@ -900,12 +901,13 @@ impl Vfs {
 
     /// Records a name the filesystem just created in `dir` for the negative
     /// dentry `d`, and refreshes the directory's cached attributes.
-    fn instantiate(&self, dir: &Dentry, d: &Dentry, attr: &Attr) {
+    fn instantiate(&self, dir: &Dentry, d: &Dentry, attr: &Attr) -> Result<()> {
         let dc = self.dc();
-        let ip = dir.sb().iget(attr, true, &dc.counters);
+        let ip = dir.sb().iget(attr, true, &dc.counters)?;
         dc.d_instantiate(d, ip);
         let di = dir.inode().expect("positive directory");
         di.refresh(di.fs());
+        Ok(())
     }
 
     /// The common path of mkdir, mknod, symlink: the name must not exist.
@@ -936,8 +938,7 @@ impl Vfs {
         let dir_attr = self.may_create(&p.dir)?;
         let (owner, perm) = self.new_owner(&dir_attr, kind, perm);
         let attr = make(p.dir.sb().fs.as_ref(), dir_attr.ino, name, owner, perm)?;
-        self.instantiate(&p.dir, &existing, &attr);
-        Ok(())
+        self.instantiate(&p.dir, &existing, &attr)
     }
 
     /// `mkdir` with mode 0o777 less the umask.
@@ -1093,8 +1094,7 @@ impl Vfs {
             return fail(ENOENT); // linkat of an unlinked file (not O_TMPFILE)
         }
         let attr = src_inode.fs().link(src_inode.ino, dir_attr.ino, name)?;
-        self.instantiate(&p.dir, &existing, &attr);
-        Ok(())
+        self.instantiate(&p.dir, &existing, &attr)
     }
 
     /// `faccessat` on a handle (FUSE's access): `mask` is a sum of
@@ -1635,7 +1635,7 @@ impl Vfs {
         let perm = opts.mode & 0o7777 & !self.umask;
         let (owner, perm) = self.new_owner(&dir_attr, FileType::File, perm);
         let attr = dir_inode.fs().create(dir_attr.ino, name, perm, owner)?;
-        self.instantiate(&p.dir, &existing, &attr);
+        self.instantiate(&p.dir, &existing, &attr)?;
         Ok((existing, true))
     }
 
@@ -1706,7 +1706,7 @@ pub(crate) fn touch_atime(shared: &Shared, inode: &Inode) {
         }
     };
     if due {
-        if inode.data.get().is_some() {
+        if inode.data_if_any().is_some() {
             inode.fs().note_access(inode.ino);
         }
         inode.refresh(inode.fs());

@@ -472,46 +472,84 @@ fn teardown_frees_every_dentry_and_inode() {
     assert_eq!(fs.getattr(fs.root()).unwrap().nlink, 3);
 }
 
+/// Four threads create files, unlink every third and keep handles on
+/// half; returns the handles left open.
+fn churn_inodes(v: &Vfs) -> Vec<rcuvfs::File> {
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let v = v.clone();
+            std::thread::spawn(move || {
+                v.create_dir(format!("/t{t}")).unwrap();
+                let mut open = Vec::new();
+                for i in 0..common::scaled(300) {
+                    let p = format!("/t{t}/f{i}");
+                    open.push(v.open(&p, OpenOptions::new().write(true).create(true)).unwrap());
+                    if i % 3 == 0 {
+                        v.remove_file(&p).unwrap();
+                    }
+                }
+                // Close half: unlinked ones leave the list now.
+                open.truncate(open.len() / 2);
+                open
+            })
+        })
+        .collect();
+    threads.into_iter().flat_map(|t| t.join().unwrap()).collect()
+}
+
+fn listed_inodes(v: &Vfs, mode: ListMode) -> std::collections::BTreeSet<u64> {
+    let mut listed = std::collections::BTreeSet::new();
+    v.for_each_inode(|ino| assert!(listed.insert(ino), "{ino} listed twice in {mode:?}"));
+    listed
+}
+
 #[test]
 fn the_superblock_list_holds_exactly_the_in_core_inodes() {
     for mode in ListMode::ALL {
+        // memfs bound to its VFS: its inodes are the in-core inodes (a
+        // tmpfs), all listed while they exist, evicted dentries or not.
         let v = Vfs::builder().inode_list(mode).build().unwrap();
         let counters = v.live_counters();
-        let threads: Vec<_> = (0..4)
-            .map(|t| {
-                let v = v.clone();
-                std::thread::spawn(move || {
-                    v.create_dir(format!("/t{t}")).unwrap();
-                    let mut open = Vec::new();
-                    for i in 0..common::scaled(300) {
-                        let p = format!("/t{t}/f{i}");
-                        open.push(v.open(&p, OpenOptions::new().write(true).create(true)).unwrap());
-                        if i % 3 == 0 {
-                            v.remove_file(&p).unwrap();
-                        }
-                    }
-                    // Close half: unlinked ones leave the list now.
-                    open.truncate(open.len() / 2);
-                    open
-                })
-            })
-            .collect();
-        let open: Vec<_> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
-        let mut listed = std::collections::BTreeSet::new();
-        v.for_each_inode(|ino| assert!(listed.insert(ino), "{ino} listed twice in {mode:?}"));
+        let open = churn_inodes(&v);
+        let listed = listed_inodes(&v, mode);
+        let existing = 1 + 4 + 4 * (common::scaled(300) - common::scaled(300).div_ceil(3));
+        let open_unlinked = open.iter().filter(|f| f.metadata().unwrap().nlink() == 0).count();
+        assert!(open_unlinked > 0);
+        assert_eq!(listed.len(), existing + open_unlinked, "{mode:?}");
+        for f in &open {
+            assert!(listed.contains(&f.ino()), "an open file's inode is not listed in {mode:?}");
+        }
+        drop(open);
+        v.drop_caches();
+        assert_eq!(
+            listed_inodes(&v, mode).len(),
+            existing,
+            "the unlinked files left with their last handle ({mode:?})"
+        );
+        drop(v);
+        // Teardown walks the list against the inode table (and panics on a
+        // mismatch); then nothing is left.
+        assert_eq!(counters.inodes(), 0);
+
+        // A second VFS over the same memfs keeps copies: its list holds
+        // the inodes it has in core, and eviction empties it.
+        let fs = Arc::new(MemFs::new(MemFsOptions::default()));
+        let first = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+        let v = Vfs::builder().inode_list(mode).filesystem(fs.clone()).build().unwrap();
+        let counters = v.live_counters();
+        let open = churn_inodes(&v);
+        let listed = listed_inodes(&v, mode);
         assert_eq!(listed.len() as i64, v.stats().inodes, "{mode:?}");
         for f in &open {
             assert!(listed.contains(&f.ino()), "an open file's inode is not listed in {mode:?}");
         }
         drop(open);
         v.drop_caches();
-        let mut left = 0;
-        v.for_each_inode(|_| left += 1);
-        assert_eq!(left, 1, "only the root stays after eviction ({mode:?})");
+        assert_eq!(listed_inodes(&v, mode).len(), 1, "only the root stays after eviction ({mode:?})");
         drop(v);
-        // Teardown walks the list against the inode table (and panics on a
-        // mismatch); then nothing is left.
         assert_eq!(counters.inodes(), 0);
+        // The first VFS sees what the second made.
+        assert!(first.metadata("/t0/f1").unwrap().is_file());
     }
 }
 

@@ -111,7 +111,7 @@ fn cache_over(fs: Arc<dyn FileSystem>) -> Arc<Dcache> {
 
 /// Adds `name` -> file `ino` under the root, and leaves it cached, unused.
 fn add(dc: &Dcache, name: &[u8], ino: Ino) {
-    let ip = dc.root_sb().iget(&attr(ino), false, &dc.counters);
+    let ip = dc.root_sb().iget(&attr(ino), false, &dc.counters).unwrap();
     drop(dc.d_add(dc.root(), name, ip));
 }
 
@@ -401,7 +401,7 @@ fn loom_dget_parent_vs_rename_and_kill() {
         add(&dc, b"a", 2); // directories
         add(&dc, b"c", 3);
         let a = dc.d_lookup(dc.root(), b"a").expect("cached");
-        let ip = dc.root_sb().iget(&attr(4), false, &dc.counters);
+        let ip = dc.root_sb().iget(&attr(4), false, &dc.counters).unwrap();
         drop(dc.d_add(&a, b"b", ip));
         drop(a);
         let b = Held(dc.d_lookup(&dc.d_lookup(dc.root(), b"a").unwrap(), b"b").unwrap().into_raw() as usize);

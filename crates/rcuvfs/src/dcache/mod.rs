@@ -177,7 +177,9 @@ pub(crate) struct Dcache {
     pub counters: Arc<LiveCounters>,
     /// The mount table.
     pub ns: Namespace,
-    pub rcu: Rcu,
+    /// The RCU domain of every dentry and in-core inode (shared with a
+    /// bound memfs, whose inodes those are).
+    pub rcu: Arc<Rcu>,
     lrus: lru::Lrus,
     /// Dentries the shrinker holds the cache to (lowered by a mount of a
     /// filesystem with an inode budget). Plain std atomic: not part of any
@@ -227,7 +229,12 @@ impl Dcache {
             // exactly.
             counters: Arc::new(LiveCounters::new((target as i64 / 4096).clamp(1, 64))),
             ns: Namespace::new(),
-            rcu: Rcu::new(),
+            // A memfs root lends its domain (choosing one now if it has
+            // none yet), so that its inodes can be the in-core inodes.
+            rcu: match fs.as_memfs() {
+                Some(m) => m.domain().clone(),
+                None => Arc::new(Rcu::new()),
+            },
         };
         let sb = dc.new_super(fs)?;
         // SAFETY: just created; lives as long as the cache.
@@ -240,11 +247,18 @@ impl Dcache {
     /// superblock's life: the count of 1 is the filesystem's own).
     pub fn new_super(&self, fs: Arc<dyn FileSystem>) -> std::io::Result<*const Super> {
         let attr = fs.getattr(fs.root())?;
-        let sb = Box::into_raw(Box::new(Super::new(fs, self.list)));
+        let sb = Super::new(fs, self.list, self.rcu.clone());
         // SAFETY: just allocated; freed only by `kill_super` or teardown.
         let sbr = unsafe { &*sb };
         // The root's implicit lookup reference is the filesystem's own.
-        let inode = sbr.iget(&attr, false, &self.counters);
+        let inode = match sbr.iget(&attr, false, &self.counters) {
+            Ok(i) => i,
+            Err(e) => {
+                // SAFETY: never shared.
+                drop(unsafe { Box::from_raw(sb as *mut Super) });
+                return Err(e);
+            }
+        };
         let root = Dentry::new(
             ROOT | self.layout,
             ptr::null(),
@@ -335,7 +349,7 @@ impl Dcache {
 
     /// A referenced dentry naming in-core inode `ino` of `sb`, if any.
     pub fn alias_ref(&self, sb: &Super, ino: crate::fs::Ino) -> Option<DRef<'_>> {
-        let ip = sb.itable.find_hold(ino)?;
+        let ip = sb.itable.find_hold(ino, &self.counters, &self.rcu)?;
         // SAFETY: `find_hold` took a reference.
         let found = self.live_alias(unsafe { &*ip });
         // SAFETY: the reference `find_hold` took.
@@ -346,7 +360,7 @@ impl Dcache {
     /// The in-core inode `ino` of `sb` with its attributes read again from
     /// the filesystem, if it is in core.
     pub fn refresh_inode(&self, sb: &Super, ino: crate::fs::Ino) {
-        if let Some(ip) = sb.itable.find_hold(ino) {
+        if let Some(ip) = sb.itable.find_hold(ino, &self.counters, &self.rcu) {
             // SAFETY: we hold a reference.
             unsafe {
                 (*ip).refresh(&*sb.fs);
@@ -403,7 +417,7 @@ impl Dcache {
             self.rcu.retire_box(r.name.load(Ordering::Relaxed));
             self.rcu.retire_box(root as *mut Dentry);
         }
-        sbr.itable.clear(&self.counters, &self.rcu);
+        sbr.itable.clear(sbr, &self.counters, &self.rcu);
         // SAFETY: off the list, with no dentry, inode or mount left.
         unsafe { self.rcu.retire_box(sb as *mut Super) };
     }
@@ -434,7 +448,7 @@ impl Drop for Dcache {
                 // SAFETY: the name is owned by the dentry.
                 drop(unsafe { Box::from_raw(d.name.load(Ordering::Relaxed)) });
             }
-            sb.itable.clear(&self.counters, &self.rcu);
+            sb.itable.clear(&sb, &self.counters, &self.rcu);
         }
     }
 }

@@ -1,40 +1,80 @@
 //! `memfs`: the embedded in-memory filesystem (tmpfs-like), the default under
 //! a `Vfs`.
 //!
-//! It keeps its own directory tables, so the dcache above it is a true cache.
+//! # One inode per file
+//!
+//! memfs keeps its inodes as the VFS's in-core inodes ([`Inode`]), in one
+//! table by number, as tmpfs keeps its truth in the kernel's inodes. A
+//! memfs bound to a superblock (see [`MemFs::bind`]: the `Vfs` it is the
+//! root of, or the first that mounts it in the same RCU domain) lends that
+//! table to it: a file then exists once, as one inode, one name in its
+//! directory here and one dentry in the dcache, and an update is visible to
+//! the VFS the moment memfs makes it. Served any other way (a second `Vfs`,
+//! a wrapper), memfs is an ordinary filesystem and the VFS keeps copies.
+//!
+//! Its inodes live while they have a link, a lookup memfs handed out and
+//! was not paid back (FUSE's protocol, counted in the inode), or a VFS
+//! reference; whoever drops the last of the three frees the inode
+//! ([`InodeTable::release_if_unused`]). A regular file's page cache is made
+//! at its first write: an empty file has none.
+//!
+//! # Directories
+//!
+//! A directory's entries are [`Dirent`]s in an RCU index of its own
+//! (`sync::index`): a lookup takes no lock and stores nothing; a create,
+//! unlink or rename takes only the index's home locks of the names it
+//! changes, so updates of different names run in parallel, even in one
+//! directory. readdir's cookie is the name's hash: a listing resumes after
+//! the last hash it returned and sees each entry present throughout once,
+//! whatever resizes happen meanwhile. A directory's size is its entry
+//! count, read from its index.
 //!
 //! # Locks
 //!
-//! | lock                 | protects                                         |
-//! |----------------------|--------------------------------------------------|
-//! | `MemFs::namespace`   | every change to any directory's entries, nlink   |
-//! | `MemFs::inodes`      | the inode-number table                           |
-//! | `MemInode::state`    | one inode's attributes, data and entries         |
-//! | a file's page cache (`PageCache`'s writer and mode locks) | its pages; taken under `state` by a truncating `setattr`, and alone by the VFS's reads and writes |
+//! | lock | protects |
+//! |------|----------|
+//! | a directory index's home lock | the entries whose name hashes there: their presence and the inode each names |
+//! | `Inode::attrs` (a seqlock) | an inode's attributes, link count included (`Inode::update`) |
+//! | `Inode::refs`' lock | the decision to free an inode (`release_if_unused`) |
+//! | the inode table's home locks, the inode list's | inodes' membership (see `inode`) |
+//! | a file's page cache (its writer and mode locks) | its pages; taken alone |
 //!
-//! Order: `namespace`, then `inodes`, then one `state` at a time (never two
-//! inode states at once, so no order among them is needed). Reads of the
-//! namespace (lookup, readdir) take only the directory's `state`: a
-//! directory's entries change only with both `namespace` and its `state`
-//! held. Data and attribute operations take only the inode's `state`.
+//! Order: directory home locks (two at once only in a rename, in
+//! `Index::lock2`'s order), then the inode table's, then `attrs`; `refs`'
+//! lock after `attrs`' is never needed (a link count is written under
+//! `attrs` and read under `refs`' lock, which comes first where both are
+//! held). memfs takes these after every VFS lock (the VFS calls it holding
+//! its name locks), and calls nothing of the VFS's while holding one.
 //!
-//! Serializing namespace changes in one lock is memfs's choice, not the
-//! VFS's: the scalable part of rcuvfs is the dcache above, which answers
-//! lookups of cached names without calling the filesystem at all.
+//! A directory that is removed has its index closed first
+//! (`close_empty`, one CAS against inserts' reservations): `rmdir`
+//! and a rename over a directory fail with ENOTEMPTY if anything is in it,
+//! and once closed no create can add to it (ENOENT). That is done before
+//! the parent's home lock is taken, never under it, since closing may wait
+//! for a resize of the victim's index.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::ptr;
+use std::sync::{Arc, OnceLock};
 
 use super::{
     Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec, WritePos,
 };
-use crate::error::{fail, Result, EEXIST, EINVAL, EISDIR, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
+use crate::error::{err, fail, Result, EEXIST, EINVAL, EISDIR, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
 use crate::filemap::{Accounting, CacheMode, PageCache, PAGE};
+use crate::inode::{Inode, InodeTable, Super};
+use crate::sync::atomic::{AtomicPtr, Ordering};
+use crate::sync::index::{Index, Indexed, InsertError, Locked, Probe};
+use crate::sync::list_batch::ListMode;
+use crate::sync::shard::{Counter, Padded, SHARDS};
+use crate::sync::{Rcu, RcuGuard};
 use crate::time::now;
 
 pub const ROOT_INO: Ino = 1;
 const BLOCK: u64 = 4096;
+/// Inode numbers a thread's shard takes from the common counter at once.
+const INO_CHUNK: u64 = 1024;
+/// Entries one `readdir` call returns at least (when there are that many).
+const READDIR_BATCH: usize = 256;
 
 /// When reads update atime.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,6 +100,9 @@ pub struct MemFsOptions {
     pub atime: AtimePolicy,
     /// How file data's page cache is locked (seed 001).
     pub cache: CacheMode,
+    /// How the list of memfs's inodes is locked (seed 004): its inodes are
+    /// the in-core inodes of the superblock it is bound to, on this list.
+    pub inode_list: ListMode,
 }
 
 impl Default for MemFsOptions {
@@ -69,154 +112,103 @@ impl Default for MemFsOptions {
             max_inodes: u64::MAX / 2,
             atime: AtimePolicy::Relatime,
             cache: CacheMode::default(),
+            inode_list: ListMode::default(),
         }
     }
 }
 
-enum Content {
-    /// File data lives only in its page cache, as in tmpfs.
-    File(Arc<PageCache>),
-    Dir(Dir),
-    Symlink(Vec<u8>),
-    Special,
+/// A name in a directory: its hash (the index key and readdir's cookie),
+/// the bytes, and the inode it names (changed in place, under the name's
+/// home lock, by a rename over it or an exchange).
+pub(crate) struct Dirent {
+    hash: u64,
+    inode: AtomicPtr<Inode>,
+    name: Box<[u8]>,
 }
 
-/// A directory: entries by name, and by insertion cookie for readdir, so
-/// that a listing in several calls returns each stable entry once.
-#[derive(Default)]
-struct Dir {
-    by_name: HashMap<Vec<u8>, (Ino, u64)>,
-    by_cookie: BTreeMap<u64, (Vec<u8>, Ino, FileType)>,
-    next_cookie: u64,
-}
-
-impl Dir {
-    fn insert(&mut self, name: &[u8], ino: Ino, kind: FileType) {
-        self.next_cookie += 1;
-        let c = self.next_cookie;
-        if let Some((_, old)) = self.by_name.insert(name.to_vec(), (ino, c)) {
-            self.by_cookie.remove(&old);
-        }
-        self.by_cookie.insert(c, (name.to_vec(), ino, kind));
-    }
-
-    fn remove(&mut self, name: &[u8]) -> Option<Ino> {
-        let (ino, c) = self.by_name.remove(name)?;
-        self.by_cookie.remove(&c);
-        Some(ino)
-    }
-
-    fn get(&self, name: &[u8]) -> Option<Ino> {
-        self.by_name.get(name).map(|&(ino, _)| ino)
+impl Indexed for Dirent {
+    fn index_hash(&self) -> u64 {
+        self.hash
     }
 }
 
-struct State {
-    kind: FileType,
-    perm: u32,
-    nlink: u32,
-    uid: u32,
-    gid: u32,
-    atime: Timespec,
-    mtime: Timespec,
-    ctime: Timespec,
-    rdev: u64,
-    /// Lookup references the VFS holds.
-    nlookup: u64,
-    content: Content,
-}
-
-struct MemInode {
-    ino: Ino,
-    state: Mutex<State>,
-}
-
-impl State {
-    fn size(&self) -> u64 {
-        match &self.content {
-            Content::File(pc) => pc.size(),
-            Content::Symlink(d) => d.len() as u64,
-            Content::Dir(d) => d.by_name.len() as u64,
-            Content::Special => 0,
-        }
-    }
-
-    /// Bytes charged against the space limit.
-    fn data_bytes(&self) -> u64 {
-        match &self.content {
-            Content::File(pc) => pc.pages() * PAGE as u64,
-            Content::Symlink(d) => d.len() as u64,
-            _ => 0,
-        }
-    }
-
-    fn attr(&self, ino: Ino) -> Attr {
-        let size = self.size();
-        Attr {
-            ino,
-            kind: self.kind,
-            perm: self.perm,
-            nlink: self.nlink,
-            uid: self.uid,
-            gid: self.gid,
-            size,
-            blocks: self.data_bytes().div_ceil(BLOCK) * (BLOCK / 512),
-            atime: self.atime,
-            mtime: self.mtime,
-            ctime: self.ctime,
-            rdev: self.rdev,
-        }
-    }
-
-    fn dir(&self) -> Result<&Dir> {
-        match &self.content {
-            Content::Dir(d) => Ok(d),
-            _ => fail(ENOTDIR),
-        }
-    }
-
-    fn dir_mut(&mut self) -> Result<&mut Dir> {
-        match &mut self.content {
-            Content::Dir(d) => Ok(d),
-            _ => fail(ENOTDIR),
-        }
-    }
-
-    fn touch_dir(&mut self, t: Timespec) {
-        self.mtime = t;
-        self.ctime = t;
+impl Dirent {
+    fn inode(&self) -> &Inode {
+        // SAFETY: an entry's inode has a link (this entry) while the entry
+        // is in its directory, and is freed only through RCU after its last
+        // link goes; a reader of the entry is in a read section.
+        unsafe { &*self.inode.load(Ordering::Acquire) }
     }
 }
 
-/// The in-memory filesystem.
-pub struct MemFs {
-    opts: MemFsOptions,
-    namespace: Mutex<()>,
-    inodes: RwLock<HashMap<Ino, Arc<MemInode>>>,
-    next_ino: AtomicU64,
-    used_bytes: Arc<AtomicU64>,
-    used_inodes: AtomicU64,
+/// The key of a name in a directory: never 0 (readdir's first cookie).
+fn name_key(name: &[u8]) -> u64 {
+    crate::dcache::name_hash(ptr::null(), name) | 1
+}
+
+/// What memfs counts, shared with its inode table's free hook.
+struct Usage {
+    /// Inodes alive (linked, looked up or referenced).
+    inodes: Counter,
+    /// The same, exactly, kept only when `max_inodes` is a real limit.
+    limited: Option<std::sync::atomic::AtomicU64>,
+    /// Bytes of data and symlink targets.
+    bytes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Usage {
+    fn inode_freed(&self, i: &Inode) {
+        self.inodes.add(-1);
+        if let Some(l) = &self.limited {
+            l.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(t) = i.link.get() {
+            self.bytes.fetch_sub(t.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// Charges or refunds `bytes` against `limit`.
-fn charge(used: &AtomicU64, limit: u64, bytes: i64) -> Result<()> {
+fn charge(used: &std::sync::atomic::AtomicU64, limit: u64, bytes: i64) -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
     if bytes < 0 {
-        used.fetch_sub(bytes.unsigned_abs(), Ordering::Relaxed);
+        used.fetch_sub(bytes.unsigned_abs(), Relaxed);
         return Ok(());
     }
-    let mut cur = used.load(Ordering::Relaxed);
+    let mut cur = used.load(Relaxed);
     loop {
         let Some(new) = cur.checked_add(bytes as u64).filter(|&v| v <= limit) else { return fail(ENOSPC) };
-        match used.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+        match used.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
             Ok(_) => return Ok(()),
             Err(c) => cur = c,
         }
     }
 }
 
-fn lock(inode: &MemInode) -> MutexGuard<'_, State> {
-    inode.state.lock().unwrap_or_else(|e| e.into_inner())
+/// The in-memory filesystem.
+pub struct MemFs {
+    opts: MemFsOptions,
+    /// The RCU domain its indexes and inodes are read and freed in: the
+    /// VFS's once bound (set at the first use or the first `bind`).
+    rcu: OnceLock<Arc<Rcu>>,
+    /// The superblock it is bound to, or null.
+    bound: std::sync::atomic::AtomicPtr<Super>,
+    table: Arc<InodeTable>,
+    root: *const Inode,
+    /// The next chunk of inode numbers.
+    next_chunk: std::sync::atomic::AtomicU64,
+    /// Per shard: the next inode number of its chunk (0: take a chunk).
+    next_ino: Box<[Padded<std::sync::atomic::AtomicU64>]>,
+    usage: Arc<Usage>,
+    /// Charges a page cache's pages to `usage.bytes`.
+    acct: Accounting,
 }
+
+// SAFETY: `root` points into `table`, which the filesystem owns; everything
+// else is Send + Sync.
+unsafe impl Send for MemFs {}
+// SAFETY: as above.
+unsafe impl Sync for MemFs {}
 
 impl Default for MemFs {
     fn default() -> Self {
@@ -226,188 +218,564 @@ impl Default for MemFs {
 
 impl MemFs {
     pub fn new(opts: MemFsOptions) -> MemFs {
+        let limited = (opts.max_inodes < u64::MAX / 2).then(|| std::sync::atomic::AtomicU64::new(1));
+        let usage = Arc::new(Usage { inodes: Counter::new(64), limited, bytes: Default::default() });
+        usage.inodes.add(1);
+        let u = usage.clone();
+        let table = Arc::new(InodeTable::new_owned(opts.inode_list, Box::new(move |i| u.inode_freed(i))));
+        let (bytes, limit) = (usage.bytes.clone(), opts.max_bytes);
+        let acct: Accounting = Arc::new(move |pages: i64| charge(&bytes, limit, pages * PAGE as i64));
         let t = now();
-        let root = State {
+        let attr = Attr {
+            ino: ROOT_INO,
             kind: FileType::Dir,
             perm: 0o755,
             nlink: 2,
             uid: 0,
             gid: 0,
+            size: 0,
+            blocks: 0,
             atime: t,
             mtime: t,
             ctime: t,
             rdev: 0,
-            nlookup: 1,
-            content: Content::Dir(Dir::default()),
         };
-        let mut table = HashMap::new();
-        table.insert(ROOT_INO, Arc::new(MemInode { ino: ROOT_INO, state: Mutex::new(root) }));
+        let root = Box::new(Inode::new_owned(&attr, ptr::null()));
+        // The root's implicit lookup: it is never freed.
+        root.lookups_add(1);
+        // No domain is chosen yet (the first `bind` or use chooses it): the
+        // first insert into an empty table retires nothing, so a domain of
+        // its own for this one call is enough.
+        let root = table.insert_new(root, &Rcu::new());
         MemFs {
             opts,
-            namespace: Mutex::new(()),
-            inodes: RwLock::new(table),
-            next_ino: AtomicU64::new(ROOT_INO + 1),
-            used_bytes: Arc::new(AtomicU64::new(0)),
-            used_inodes: AtomicU64::new(1),
+            rcu: OnceLock::new(),
+            bound: std::sync::atomic::AtomicPtr::new(ptr::null_mut()),
+            table,
+            root,
+            next_chunk: std::sync::atomic::AtomicU64::new(INO_CHUNK),
+            next_ino: (0..SHARDS).map(|_| Padded(Default::default())).collect(),
+            usage,
+            acct,
         }
     }
 
-    /// Inodes alive in memfs (linked or still referenced): for leak checks.
+    /// Inodes alive in memfs (linked, looked up or referenced): for leak
+    /// checks.
     pub fn live_inodes(&self) -> u64 {
-        self.used_inodes.load(Ordering::Relaxed)
+        self.usage.inodes.exact().max(0) as u64
     }
 
     /// Bytes of data stored.
     pub fn used_bytes(&self) -> u64 {
-        self.used_bytes.load(Ordering::Relaxed)
+        self.usage.bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn get(&self, ino: Ino) -> Result<Arc<MemInode>> {
-        match self.inodes.read().unwrap_or_else(|e| e.into_inner()).get(&ino) {
-            Some(i) => Ok(i.clone()),
-            None => fail(ENOENT),
+    fn rcu(&self) -> &Rcu {
+        self.domain()
+    }
+
+    /// Its RCU domain, chosen now if it has none yet.
+    pub(crate) fn domain(&self) -> &Arc<Rcu> {
+        self.rcu.get_or_init(|| Arc::new(Rcu::new()))
+    }
+
+    /// The table of its inodes (lent to the superblock it is bound to).
+    pub(crate) fn table(&self) -> &Arc<InodeTable> {
+        &self.table
+    }
+
+    /// Binds memfs to superblock `sb` of a VFS whose RCU domain is `rcu`:
+    /// its inodes become that superblock's in-core inodes. Fails (`false`)
+    /// if it is bound already, or already lives in another domain.
+    pub(crate) fn bind(&self, sb: *const Super, rcu: &Arc<Rcu>) -> bool {
+        if !Arc::ptr_eq(self.rcu.get_or_init(|| rcu.clone()), rcu) {
+            return false;
         }
+        let s = std::sync::atomic::Ordering::SeqCst;
+        if self.bound.compare_exchange(ptr::null_mut(), sb as *mut Super, s, s).is_err() {
+            return false;
+        }
+        // Every inode made before learns its superblock. One made meanwhile
+        // either is seen here or sees `bound` itself (`alloc`: insert, then
+        // load; here: store, then walk; both SeqCst).
+        let g = rcu.read_lock();
+        self.table.for_each(&g, |i| i.set_owner(sb));
+        true
     }
 
-    fn reserve_bytes(&self, n: u64) -> Result<()> {
-        charge(&self.used_bytes, self.opts.max_bytes, n as i64)
-    }
-
-    fn release_bytes(&self, n: u64) {
-        self.used_bytes.fetch_sub(n, Ordering::Relaxed);
+    /// Undoes [`bind`](Self::bind) (the superblock's teardown; the table
+    /// resets its inodes).
+    pub(crate) fn unbind(&self, sb: &Super) {
+        let s = std::sync::atomic::Ordering::SeqCst;
+        let _ = self.bound.compare_exchange(sb as *const Super as *mut Super, ptr::null_mut(), s, s);
     }
 
     /// A new, empty page cache whose pages are charged to this memfs.
-    fn new_data(&self) -> Content {
-        let (used, limit) = (self.used_bytes.clone(), self.opts.max_bytes);
-        let acct: Accounting = Arc::new(move |pages: i64| charge(&used, limit, pages * PAGE as i64));
-        Content::File(Arc::new(PageCache::with_accounting(self.opts.cache, Some(acct))))
+    pub(crate) fn new_page_cache(&self) -> Arc<PageCache> {
+        Arc::new(PageCache::with_accounting(self.opts.cache, Some(self.acct.clone())))
     }
 
-    /// Allocates a new inode (not yet linked anywhere) with one lookup
-    /// reference.
-    fn alloc(&self, kind: FileType, perm: u32, rdev: u64, owner: Owner, content: Content) -> Result<Arc<MemInode>> {
-        let mut cur = self.used_inodes.load(Ordering::Relaxed);
+    /// The live inode `ino`.
+    fn get<'g>(&'g self, g: &'g RcuGuard<'_>, ino: Ino) -> Result<&'g Inode> {
+        if ino == ROOT_INO {
+            // SAFETY: the root lives as long as memfs.
+            return Ok(unsafe { &*self.root });
+        }
+        self.table.get(g, ino).ok_or_else(|| err(ENOENT))
+    }
+
+    /// The live directory `ino`.
+    fn dir<'g>(&'g self, g: &'g RcuGuard<'_>, ino: Ino) -> Result<&'g Inode> {
+        let d = self.get(g, ino)?;
+        if d.kind != FileType::Dir {
+            return fail(ENOTDIR);
+        }
+        Ok(d)
+    }
+
+    fn find<'g>(g: &'g RcuGuard<'_>, dir: &'g Inode, name: &[u8], key: u64) -> Option<&'g Dirent> {
+        dir.entries.find(g, key, |e| if &*e.name == name { Probe::Stop(e) } else { Probe::Skip })
+    }
+
+    /// `name` in the index under its home lock `l`: present until the
+    /// holder removes it, and readable for as long as `_g`, the caller's
+    /// read section, lasts.
+    fn find_locked<'g>(_g: &'g RcuGuard<'_>, l: &Locked<'_, Dirent>, name: &[u8], key: u64) -> Option<&'g Dirent> {
+        l.find(key, |e| if &*e.name == name { Probe::Stop(e as *const Dirent) } else { Probe::Skip })
+            // SAFETY: entries are freed a grace period after their removal,
+            // and `_g` is a read section.
+            .map(|p| unsafe { &*p })
+    }
+
+    /// The next inode number: from the calling thread's shard's chunk, so
+    /// that creates on different threads share no line.
+    fn next_ino(&self) -> Ino {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.next_ino[crate::sync::shard::current()].0;
+        let mut v = s.load(Relaxed);
         loop {
-            if cur >= self.opts.max_inodes {
-                return fail(ENOSPC);
-            }
-            match self.used_inodes.compare_exchange_weak(cur, cur + 1, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(c) => cur = c,
+            if v.is_multiple_of(INO_CHUNK) {
+                // The chunk is used up (or none was taken): a new one. A
+                // chunk lost to a racing thread of the same shard is only
+                // numbers.
+                let c = self.next_chunk.fetch_add(INO_CHUNK, Relaxed);
+                match s.compare_exchange(v, c + 1, Relaxed, Relaxed) {
+                    Ok(_) => return c,
+                    Err(x) => v = x,
+                }
+            } else {
+                match s.compare_exchange_weak(v, v + 1, Relaxed, Relaxed) {
+                    Ok(_) => return v,
+                    Err(x) => v = x,
+                }
             }
         }
-        let bytes = match &content {
-            Content::Symlink(t) => t.len() as u64,
-            _ => 0,
-        };
-        if let Err(e) = self.reserve_bytes(bytes) {
-            self.used_inodes.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Counts a new inode against the limit.
+    fn reserve_inode(&self) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some(l) = &self.usage.limited {
+            let mut cur = l.load(Relaxed);
+            loop {
+                if cur >= self.opts.max_inodes {
+                    return fail(ENOSPC);
+                }
+                match l.compare_exchange_weak(cur, cur + 1, Relaxed, Relaxed) {
+                    Ok(_) => break,
+                    Err(c) => cur = c,
+                }
+            }
+        }
+        self.usage.inodes.add(1);
+        Ok(())
+    }
+
+    /// A new inode, in the table, with one lookup (the caller's to hand
+    /// out) and the link its name will be (two for a directory).
+    fn alloc(&self, kind: FileType, perm: u32, rdev: u64, owner: Owner, target: Option<&[u8]>) -> Result<&Inode> {
+        self.reserve_inode()?;
+        let bytes = target.map_or(0, |t| t.len() as u64);
+        if let Err(e) = charge(&self.usage.bytes, self.opts.max_bytes, bytes as i64) {
+            self.usage.inodes.add(-1);
+            if let Some(l) = &self.usage.limited {
+                l.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
             return Err(e);
         }
         let t = now();
-        let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
-        let state = State {
+        let attr = Attr {
+            ino: self.next_ino(),
             kind,
             perm: perm & 0o7777,
             nlink: if kind == FileType::Dir { 2 } else { 1 },
             uid: owner.uid,
             gid: owner.gid,
+            size: bytes,
+            blocks: bytes.div_ceil(BLOCK) * (BLOCK / 512),
             atime: t,
             mtime: t,
             ctime: t,
             rdev,
-            nlookup: 1,
-            content,
         };
-        let inode = Arc::new(MemInode { ino, state: Mutex::new(state) });
-        self.inodes.write().unwrap_or_else(|e| e.into_inner()).insert(ino, inode.clone());
-        Ok(inode)
+        let sb = self.bound.load(std::sync::atomic::Ordering::SeqCst);
+        let inode = Box::new(Inode::new_owned(&attr, sb));
+        if let Some(t) = target {
+            let _ = inode.link.set(t.into());
+        }
+        inode.lookups_add(1);
+        let p = self.table.insert_new(inode, self.rcu());
+        // SAFETY: in the table, with a lookup: it stays until paid back.
+        let i = unsafe { &*p };
+        // Bound meanwhile? (see `bind`)
+        let now_sb = self.bound.load(std::sync::atomic::Ordering::SeqCst);
+        if now_sb != sb {
+            i.set_owner(now_sb);
+        }
+        Ok(i)
     }
 
-    /// Frees the content of an inode that has no links and no lookup
-    /// references (`st`, its state, locked by the caller), and says whether
-    /// it must leave the inode table: the caller does that with
-    /// [`unlist`](Self::unlist) once it has released `st`, since `inodes`
-    /// comes before any `state` in the lock order.
-    fn maybe_free(&self, st: &mut State) -> bool {
-        if st.nlink != 0 || st.nlookup != 0 {
-            return false;
-        }
-        if let Content::Symlink(t) = &st.content {
-            self.release_bytes(t.len() as u64);
-        }
-        // A page cache refunds its pages when its last user drops it.
-        st.content = Content::Special;
-        true
+    /// Takes back a new inode that got no name (its create failed).
+    fn unalloc(&self, i: &Inode) {
+        i.update(|a| a.nlink = 0);
+        i.lookups_sub(1);
+        self.table.release_if_unused(i, self.rcu());
     }
 
-    /// Removes a freed inode from the table (once: a second caller finds it
-    /// gone). Nothing can reach it by name any more (no links), and the VFS
-    /// holds no lookup reference, so nobody asks for it meanwhile.
-    fn unlist(&self, ino: Ino) {
-        if self.inodes.write().unwrap_or_else(|e| e.into_inner()).remove(&ino).is_some() {
-            self.used_inodes.fetch_sub(1, Ordering::Relaxed);
+    /// Drops one link of `i` (a name of it went; a directory loses both of
+    /// its own), and frees it if nothing else keeps it.
+    fn drop_link(&self, i: &Inode, t: Timespec) {
+        let (_, a) = i.update(|a| {
+            a.nlink = if i.kind == FileType::Dir { 0 } else { a.nlink.saturating_sub(1) };
+            a.ctime = t;
+        });
+        if a.nlink == 0 {
+            self.table.release_if_unused(i, self.rcu());
         }
     }
 
-    /// Creates `name` in `parent` for a freshly made inode. Holds the
-    /// namespace lock.
-    fn add_entry(&self, parent: Ino, name: &[u8], make: impl FnOnce() -> Result<Arc<MemInode>>) -> Result<Attr> {
-        let _ns = self.namespace.lock().unwrap_or_else(|e| e.into_inner());
-        let dir = self.get(parent)?;
-        {
-            let st = lock(&dir);
-            let d = st.dir()?;
-            if st.nlink == 0 {
-                return fail(ENOENT); // a removed directory takes no new entries
-            }
-            if d.get(name).is_some() {
+    /// Adds `d` to `dir` under `key`, unless the name is there (EEXIST) or
+    /// the directory was removed (ENOENT). On failure `d` is not shared.
+    fn insert_entry(&self, dir: &Inode, d: *const Dirent, key: u64) -> Result<()> {
+        let rcu = self.rcu();
+        let g = rcu.read_lock();
+        // SAFETY: ours until inserted.
+        let name = unsafe { &(*d).name };
+        loop {
+            let mut l = dir.entries.lock(key, rcu);
+            if Self::find_locked(&g, &l, name, key).is_some() {
                 return fail(EEXIST);
             }
+            match l.insert(d, key) {
+                Ok(()) => return Ok(()),
+                Err(InsertError::Full) => {
+                    drop(l);
+                    dir.entries.grow(rcu);
+                }
+                Err(InsertError::Closed) => return fail(ENOENT),
+            }
+        }
+    }
+
+    /// Creates `name` in `parent` for a new inode made by `make`.
+    fn add_entry<'a>(&'a self, parent: Ino, name: &[u8], make: impl FnOnce() -> Result<&'a Inode>) -> Result<Attr> {
+        let rcu = self.rcu();
+        let g = rcu.read_lock();
+        let dir = self.dir(&g, parent)?;
+        let key = name_key(name);
+        // Most creates of an existing name stop here, making nothing.
+        if Self::find(&g, dir, name, key).is_some() {
+            return fail(EEXIST);
         }
         let inode = make()?;
-        let (attr, kind) = {
-            let st = lock(&inode);
-            (st.attr(inode.ino), st.kind)
-        };
-        let mut st = lock(&dir);
-        st.dir_mut()?.insert(name, inode.ino, kind);
-        if kind == FileType::Dir {
-            st.nlink += 1;
+        let d = Box::into_raw(Box::new(Dirent {
+            hash: key,
+            inode: AtomicPtr::new(inode as *const Inode as *mut Inode),
+            name: name.into(),
+        }));
+        if let Err(e) = self.insert_entry(dir, d, key) {
+            // SAFETY: never shared.
+            drop(unsafe { Box::from_raw(d) });
+            self.unalloc(inode);
+            return Err(e);
         }
-        st.touch_dir(attr.ctime);
-        Ok(attr)
-    }
-
-    fn entry_ino(&self, dir: &MemInode, name: &[u8]) -> Result<Ino> {
-        lock(dir).dir()?.get(name).ok_or_else(|| crate::error::err(ENOENT))
-    }
-
-    fn kind_of(&self, ino: Ino) -> Result<FileType> {
-        Ok(lock(&*self.get(ino)?).kind)
-    }
-
-    /// Drops one link of `ino` (a victim of unlink, rmdir or rename).
-    fn drop_link(&self, ino: Ino, t: Timespec) -> Result<()> {
-        let inode = self.get(ino)?;
-        let mut st = lock(&inode);
-        if st.kind == FileType::Dir {
-            st.nlink = 0;
+        let t = now();
+        if inode.kind == FileType::Dir {
+            dir.update(|a| {
+                a.nlink += 1;
+                a.mtime = t;
+                a.ctime = t;
+            });
         } else {
-            st.nlink = st.nlink.saturating_sub(1);
+            dir.touch(t, true);
         }
-        st.ctime = t;
-        let free = self.maybe_free(&mut st);
-        drop(st);
-        if free {
-            self.unlist(ino);
+        Ok(inode.attr_with(&g))
+    }
+
+    fn not_a_file(i: &Inode) -> std::io::Error {
+        err(if i.kind == FileType::Dir { EISDIR } else { EINVAL })
+    }
+
+    /// Reads of `i` are due to set its atime, by the policy.
+    fn atime_due(&self, i: &Inode, g: &RcuGuard<'_>, t: Timespec) -> bool {
+        match self.opts.atime {
+            AtimePolicy::Noatime => false,
+            AtimePolicy::Strict => true,
+            AtimePolicy::Relatime => {
+                let a = i.attr_with(g);
+                a.atime != t && (a.atime <= a.mtime || a.atime <= a.ctime || t.sec - a.atime.sec >= 24 * 3600)
+            }
         }
+    }
+
+    /// Removes `name` (not a directory) from `parent`.
+    fn unlink_entry(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        let rcu = self.rcu();
+        let g = rcu.read_lock();
+        let dir = self.dir(&g, parent)?;
+        let key = name_key(name);
+        let mut l = dir.entries.lock(key, rcu);
+        let e = Self::find_locked(&g, &l, name, key).ok_or_else(|| err(ENOENT))?;
+        let victim = e.inode();
+        if victim.kind == FileType::Dir {
+            return fail(EISDIR);
+        }
+        let e = e as *const Dirent;
+        l.remove(e, key);
+        drop(l);
+        // SAFETY: out of the index; readers are waited out.
+        unsafe { rcu.retire_box(e as *mut Dirent) };
+        dir.entries.shrink_if_sparse(rcu);
+        let t = now();
+        self.drop_link(victim, t);
+        dir.touch(t, true);
         Ok(())
     }
 
-    fn dir_is_empty(&self, ino: Ino) -> Result<bool> {
-        Ok(lock(&*self.get(ino)?).dir()?.by_name.is_empty())
+    /// Removes the empty directory `name` from `parent`.
+    fn rmdir_entry(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        let rcu = self.rcu();
+        let g = rcu.read_lock();
+        let dir = self.dir(&g, parent)?;
+        let key = name_key(name);
+        loop {
+            let e = Self::find(&g, dir, name, key).ok_or_else(|| err(ENOENT))?;
+            let victim = e.inode();
+            if victim.kind != FileType::Dir {
+                return fail(ENOTDIR);
+            }
+            // Closed before the parent's lock is taken (module doc).
+            match victim.entries.close_empty(rcu) {
+                crate::sync::index::Close::NotEmpty => return fail(ENOTEMPTY),
+                // Another removal of it runs: it goes, or comes back.
+                crate::sync::index::Close::AlreadyClosed => {
+                    crate::sync::atomic::spin_hint();
+                    continue;
+                }
+                crate::sync::index::Close::Closed => {}
+            }
+            let mut l = dir.entries.lock(key, rcu);
+            let now_e = Self::find_locked(&g, &l, name, key);
+            if !now_e.is_some_and(|x| ptr::eq(x, e) && ptr::eq(x.inode(), victim)) {
+                // Renamed or replaced meanwhile: as it was, and again.
+                drop(l);
+                victim.entries.reopen(rcu);
+                continue;
+            }
+            l.remove(e, key);
+            drop(l);
+            // SAFETY: out of the index; readers are waited out.
+            unsafe { rcu.retire_box(e as *const Dirent as *mut Dirent) };
+            dir.entries.shrink_if_sparse(rcu);
+            let t = now();
+            self.drop_link(victim, t);
+            dir.update(|a| {
+                a.nlink = a.nlink.saturating_sub(1);
+                a.mtime = t;
+                a.ctime = t;
+            });
+            return Ok(());
+        }
+    }
+
+    fn rename_entry(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        new_parent: Ino,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let rcu = self.rcu();
+        let g = rcu.read_lock();
+        let src_dir = self.dir(&g, parent)?;
+        let dst_dir = self.dir(&g, new_parent)?;
+        let (k1, k2) = (name_key(name), name_key(new_name));
+        loop {
+            // A directory to be replaced is closed first, before any home
+            // lock (module doc), then checked again under the locks.
+            let pre_src = Self::find(&g, src_dir, name, k1).ok_or_else(|| err(ENOENT))?;
+            let pre_dst = Self::find(&g, dst_dir, new_name, k2);
+            let mut closed: Option<&Inode> = None;
+            if let Some(d) = pre_dst {
+                let (s, v) = (pre_src.inode(), d.inode());
+                if !flags.exchange
+                    && !flags.noreplace
+                    && !ptr::eq(s, v)
+                    && s.kind == FileType::Dir
+                    && v.kind == FileType::Dir
+                {
+                    match v.entries.close_empty(rcu) {
+                        crate::sync::index::Close::NotEmpty => return fail(ENOTEMPTY),
+                        crate::sync::index::Close::AlreadyClosed => {
+                            crate::sync::atomic::spin_hint();
+                            continue;
+                        }
+                        crate::sync::index::Close::Closed => closed = Some(v),
+                    }
+                }
+            }
+            let (l1, l2) = Index::lock2(
+                (&src_dir.entries, k1, src_dir as *const Inode as usize),
+                (&dst_dir.entries, k2, dst_dir as *const Inode as usize),
+                rcu,
+            );
+            let src = Self::find_locked(&g, &l1, name, k1);
+            let dst = Self::find_locked(&g, l2.as_ref().unwrap_or(&l1), new_name, k2);
+            let same = |a: Option<&Dirent>, b: Option<&Dirent>| match (a, b) {
+                (Some(a), Some(b)) => ptr::eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            let unchanged = same(src, Some(pre_src))
+                && same(dst, pre_dst)
+                && closed.is_none_or(|v| dst.is_some_and(|d| ptr::eq(d.inode(), v)));
+            if !unchanged {
+                drop((l1, l2));
+                if let Some(v) = closed {
+                    v.entries.reopen(rcu);
+                }
+                continue;
+            }
+            let src = src.expect("checked");
+            let r = self.rename_locked(l1, l2, src_dir, dst_dir, src, dst, new_name, k1, k2, flags);
+            if !matches!(r, Ok(true)) {
+                if let Some(v) = closed {
+                    v.entries.reopen(rcu);
+                }
+            }
+            match r {
+                Ok(true) => return Ok(()),
+                Ok(false) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The rename itself, holding the home locks of both names (`l2`:
+    /// `None` when one lock covers both). `Ok(false)`: the destination's
+    /// index had to grow first; the caller starts again.
+    #[allow(clippy::too_many_arguments)]
+    fn rename_locked<'l>(
+        &self,
+        mut l1: Locked<'l, Dirent>,
+        mut l2: Option<Locked<'l, Dirent>>,
+        src_dir: &Inode,
+        dst_dir: &Inode,
+        src: &Dirent,
+        dst: Option<&Dirent>,
+        new_name: &[u8],
+        k1: u64,
+        k2: u64,
+        flags: RenameFlags,
+    ) -> Result<bool> {
+        let rcu = self.rcu();
+        let moved = src.inode();
+        let cross = !ptr::eq(src_dir, dst_dir);
+        let t = now();
+        if flags.exchange {
+            let Some(dst) = dst else { return fail(ENOENT) };
+            let other = dst.inode();
+            if ptr::eq(moved, other) {
+                return Ok(true);
+            }
+            // Each name now names the other's inode.
+            src.inode.store(other as *const Inode as *mut Inode, Ordering::Release);
+            dst.inode.store(moved as *const Inode as *mut Inode, Ordering::Release);
+            drop((l1, l2));
+            let (md, od) = (moved.kind == FileType::Dir, other.kind == FileType::Dir);
+            if cross && md != od {
+                let (gain, lose) = if md { (dst_dir, src_dir) } else { (src_dir, dst_dir) };
+                gain.update(|a| a.nlink += 1);
+                lose.update(|a| a.nlink = a.nlink.saturating_sub(1));
+            }
+            for d in [src_dir, dst_dir] {
+                d.touch(t, true);
+            }
+            moved.touch(t, false);
+            other.touch(t, false);
+            return Ok(true);
+        }
+        let mut victim = None;
+        if let Some(dst) = dst {
+            if flags.noreplace {
+                return fail(EEXIST);
+            }
+            let v = dst.inode();
+            if ptr::eq(v, moved) {
+                return Ok(true); // two links of one inode: rename does nothing
+            }
+            match (moved.kind == FileType::Dir, v.kind == FileType::Dir) {
+                (true, false) => return fail(ENOTDIR),
+                (false, true) => return fail(EISDIR),
+                _ => {}
+            }
+            // In place: the name is never missing.
+            dst.inode.store(moved as *const Inode as *mut Inode, Ordering::Release);
+            victim = Some(v);
+        } else {
+            let d = Box::into_raw(Box::new(Dirent {
+                hash: k2,
+                inode: AtomicPtr::new(moved as *const Inode as *mut Inode),
+                name: new_name.into(),
+            }));
+            let l = l2.as_mut().unwrap_or(&mut l1);
+            match l.insert(d, k2) {
+                Ok(()) => {}
+                Err(e) => {
+                    // SAFETY: never shared.
+                    drop(unsafe { Box::from_raw(d) });
+                    drop((l1, l2));
+                    if e == InsertError::Full {
+                        dst_dir.entries.grow(rcu);
+                        return Ok(false);
+                    }
+                    return fail(ENOENT); // the destination was removed
+                }
+            }
+        }
+        let s = src as *const Dirent;
+        l1.remove(s, k1);
+        drop((l1, l2));
+        // SAFETY: out of the index; readers are waited out.
+        unsafe { rcu.retire_box(s as *mut Dirent) };
+        src_dir.entries.shrink_if_sparse(rcu);
+        let dir_moved = moved.kind == FileType::Dir;
+        if let Some(v) = victim {
+            self.drop_link(v, t);
+            if v.kind == FileType::Dir {
+                dst_dir.update(|a| a.nlink = a.nlink.saturating_sub(1));
+            }
+        }
+        if dir_moved && cross {
+            src_dir.update(|a| a.nlink = a.nlink.saturating_sub(1));
+            dst_dir.update(|a| a.nlink += 1);
+        }
+        src_dir.touch(t, true);
+        dst_dir.touch(t, true);
+        moved.touch(t, false);
+        Ok(true)
     }
 }
 
@@ -424,246 +792,188 @@ impl FileSystem for MemFs {
     }
 
     fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
-        let dir = self.get(parent)?;
-        let ino = self.entry_ino(&dir, name)?;
-        let inode = self.get(ino)?;
-        let mut st = lock(&inode);
-        st.nlookup += 1;
-        Ok(st.attr(ino))
+        let g = self.rcu().read_lock();
+        let dir = self.dir(&g, parent)?;
+        let e = Self::find(&g, dir, name, name_key(name)).ok_or_else(|| err(ENOENT))?;
+        let i = e.inode();
+        i.lookups_add(1);
+        Ok(i.attr_with(&g))
     }
 
     fn forget(&self, ino: Ino, nlookup: u64) {
-        if let Ok(inode) = self.get(ino) {
-            let mut st = lock(&inode);
-            st.nlookup = st.nlookup.saturating_sub(nlookup);
-            let free = self.maybe_free(&mut st);
-            drop(st);
-            if free {
-                self.unlist(ino);
-            }
+        let g = self.rcu().read_lock();
+        if let Ok(i) = self.get(&g, ino) {
+            i.lookups_sub(nlookup);
+            self.table.release_if_unused(i, self.rcu());
         }
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {
-        let inode = self.get(ino)?;
-        let st = lock(&inode);
-        Ok(st.attr(ino))
+        let g = self.rcu().read_lock();
+        Ok(self.get(&g, ino)?.attr_with(&g))
     }
 
     fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
-        let inode = self.get(ino)?;
-        let mut st = lock(&inode);
+        let g = self.rcu().read_lock();
+        let i = self.get(&g, ino)?;
         let t = now();
         if let Some(size) = set.size {
-            let Content::File(pc) = &st.content else {
-                return fail(if st.kind == FileType::Dir { EISDIR } else { EINVAL });
-            };
-            pc.set_len(size)?;
-            st.mtime = t;
+            if i.kind != FileType::File {
+                return Err(Self::not_a_file(i));
+            }
+            // Truncating a file with no data to 0 makes none.
+            match (i.data_if_any(), size) {
+                (None, 0) => {}
+                (Some(pc), _) => pc.set_len(size)?,
+                (None, _) => i.data_or_init(|| self.new_page_cache()).set_len(size)?,
+            }
         }
-        if let Some(perm) = set.perm {
-            st.perm = perm & 0o7777;
-        }
-        if let Some(uid) = set.uid {
-            st.uid = uid;
-        }
-        if let Some(gid) = set.gid {
-            st.gid = gid;
-        }
-        if let Some(a) = set.atime {
-            st.atime = set_time(a, t);
-        }
-        if let Some(m) = set.mtime {
-            st.mtime = set_time(m, t);
-        }
-        st.ctime = t;
-        Ok(st.attr(ino))
+        i.update(|a| {
+            if set.size.is_some() {
+                a.mtime = t;
+            }
+            if let Some(perm) = set.perm {
+                a.perm = perm & 0o7777;
+            }
+            if let Some(uid) = set.uid {
+                a.uid = uid;
+            }
+            if let Some(gid) = set.gid {
+                a.gid = gid;
+            }
+            if let Some(x) = set.atime {
+                a.atime = set_time(x, t);
+            }
+            if let Some(m) = set.mtime {
+                a.mtime = set_time(m, t);
+            }
+            a.ctime = t;
+        });
+        Ok(i.attr_with(&g))
     }
 
     fn create(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc(FileType::File, perm, 0, owner, self.new_data()))
+        self.add_entry(parent, name, || self.alloc(FileType::File, perm, 0, owner, None))
     }
 
     fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc(FileType::Dir, perm, 0, owner, Content::Dir(Dir::default())))
+        self.add_entry(parent, name, || self.alloc(FileType::Dir, perm, 0, owner, None))
     }
 
     fn mknod(&self, parent: Ino, name: &[u8], kind: FileType, perm: u32, rdev: u64, owner: Owner) -> Result<Attr> {
-        let content = match kind {
-            FileType::File => self.new_data(),
-            FileType::Dir => return fail(EINVAL),
-            FileType::Symlink => return fail(EINVAL),
-            _ => Content::Special,
-        };
-        self.add_entry(parent, name, || self.alloc(kind, perm, rdev, owner, content))
+        if matches!(kind, FileType::Dir | FileType::Symlink) {
+            return fail(EINVAL);
+        }
+        self.add_entry(parent, name, || self.alloc(kind, perm, rdev, owner, None))
     }
 
     fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || {
-            self.alloc(FileType::Symlink, 0o777, 0, owner, Content::Symlink(target.to_vec()))
-        })
+        self.add_entry(parent, name, || self.alloc(FileType::Symlink, 0o777, 0, owner, Some(target)))
     }
 
     fn link(&self, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
-        self.add_entry(parent, name, || {
-            let inode = self.get(ino)?;
-            let mut st = lock(&inode);
-            if st.kind == FileType::Dir {
-                return fail(EPERM);
+        let rcu = self.rcu();
+        let g = rcu.read_lock();
+        let dir = self.dir(&g, parent)?;
+        let i = self.get(&g, ino)?;
+        if i.kind == FileType::Dir {
+            return fail(EPERM);
+        }
+        let key = name_key(name);
+        if Self::find(&g, dir, name, key).is_some() {
+            return fail(EEXIST);
+        }
+        let t = now();
+        // A link count that reached 0 stays there (the inode is on its way
+        // out): no new name for it.
+        let (alive, _) = i.update(|a| {
+            if a.nlink == 0 {
+                return false;
             }
-            if st.nlink == 0 {
-                return fail(ENOENT);
-            }
-            st.nlink += 1;
-            st.nlookup += 1;
-            st.ctime = now();
-            drop(st);
-            Ok(inode)
-        })
+            a.nlink += 1;
+            a.ctime = t;
+            true
+        });
+        if !alive {
+            return fail(ENOENT);
+        }
+        i.lookups_add(1);
+        let d = Box::into_raw(Box::new(Dirent {
+            hash: key,
+            inode: AtomicPtr::new(i as *const Inode as *mut Inode),
+            name: name.into(),
+        }));
+        if let Err(e) = self.insert_entry(dir, d, key) {
+            // SAFETY: never shared.
+            drop(unsafe { Box::from_raw(d) });
+            i.lookups_sub(1);
+            self.drop_link(i, t);
+            return Err(e);
+        }
+        dir.touch(t, true);
+        Ok(i.attr_with(&g))
     }
 
     fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
-        let _ns = self.namespace.lock().unwrap_or_else(|e| e.into_inner());
-        let dir = self.get(parent)?;
-        let ino = self.entry_ino(&dir, name)?;
-        if self.kind_of(ino)? == FileType::Dir {
-            return fail(EISDIR);
-        }
-        let t = now();
-        {
-            let mut st = lock(&dir);
-            st.dir_mut()?.remove(name);
-            st.touch_dir(t);
-        }
-        self.drop_link(ino, t)
+        self.unlink_entry(parent, name)
     }
 
     fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()> {
-        let _ns = self.namespace.lock().unwrap_or_else(|e| e.into_inner());
-        let dir = self.get(parent)?;
-        let ino = self.entry_ino(&dir, name)?;
-        if self.kind_of(ino)? != FileType::Dir {
-            return fail(ENOTDIR);
-        }
-        if !self.dir_is_empty(ino)? {
-            return fail(ENOTEMPTY);
-        }
-        let t = now();
-        {
-            let mut st = lock(&dir);
-            st.dir_mut()?.remove(name);
-            st.nlink -= 1;
-            st.touch_dir(t);
-        }
-        self.drop_link(ino, t)
+        self.rmdir_entry(parent, name)
     }
 
     fn rename(&self, parent: Ino, name: &[u8], new_parent: Ino, new_name: &[u8], flags: RenameFlags) -> Result<()> {
-        let _ns = self.namespace.lock().unwrap_or_else(|e| e.into_inner());
-        let src_dir = self.get(parent)?;
-        let dst_dir = self.get(new_parent)?;
-        let src = self.entry_ino(&src_dir, name)?;
-        let dst = lock(&dst_dir).dir()?.get(new_name);
-        if lock(&dst_dir).nlink == 0 {
-            return fail(ENOENT);
-        }
-        let src_kind = self.kind_of(src)?;
-        let t = now();
-        if flags.exchange {
-            let Some(dst) = dst else { return fail(ENOENT) };
-            let dst_kind = self.kind_of(dst)?;
-            if src == dst {
-                return Ok(());
-            }
-            lock(&src_dir).dir_mut()?.insert(name, dst, dst_kind);
-            lock(&dst_dir).dir_mut()?.insert(new_name, src, src_kind);
-            if parent != new_parent && (src_kind == FileType::Dir) != (dst_kind == FileType::Dir) {
-                let (gain, lose) = if src_kind == FileType::Dir { (&dst_dir, &src_dir) } else { (&src_dir, &dst_dir) };
-                lock(gain).nlink += 1;
-                lock(lose).nlink -= 1;
-            }
-            for d in [&src_dir, &dst_dir] {
-                lock(d).touch_dir(t);
-            }
-            for i in [src, dst] {
-                lock(&*self.get(i)?).ctime = t;
-            }
-            return Ok(());
-        }
-        if let Some(dst) = dst {
-            if flags.noreplace {
-                return fail(EEXIST);
-            }
-            if dst == src {
-                return Ok(()); // two links of one inode: rename does nothing
-            }
-            let dst_kind = self.kind_of(dst)?;
-            match (src_kind == FileType::Dir, dst_kind == FileType::Dir) {
-                (true, false) => return fail(ENOTDIR),
-                (false, true) => return fail(EISDIR),
-                (true, true) if !self.dir_is_empty(dst)? => return fail(ENOTEMPTY),
-                _ => {}
-            }
-            {
-                let mut d = lock(&dst_dir);
-                d.dir_mut()?.remove(new_name);
-                if dst_kind == FileType::Dir {
-                    d.nlink -= 1;
-                }
-            }
-            self.drop_link(dst, t)?;
-        }
-        lock(&src_dir).dir_mut()?.remove(name);
-        lock(&dst_dir).dir_mut()?.insert(new_name, src, src_kind);
-        if src_kind == FileType::Dir && parent != new_parent {
-            lock(&src_dir).nlink -= 1;
-            lock(&dst_dir).nlink += 1;
-        }
-        lock(&src_dir).touch_dir(t);
-        lock(&dst_dir).touch_dir(t);
-        lock(&*self.get(src)?).ctime = t;
-        Ok(())
+        self.rename_entry(parent, name, new_parent, new_name, flags)
     }
 
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
-        let inode = self.get(ino)?;
-        let st = lock(&inode);
-        match &st.content {
-            Content::Symlink(t) => Ok(t.clone()),
-            _ => fail(EINVAL),
+        let g = self.rcu().read_lock();
+        match self.get(&g, ino)?.link.get() {
+            Some(t) => Ok(t.to_vec()),
+            None => fail(EINVAL),
         }
     }
 
     fn readdir(&self, ino: Ino, offset: u64) -> Result<Vec<DirEntry>> {
-        let inode = self.get(ino)?;
-        let mut st = lock(&inode);
-        let out = st
-            .dir()?
-            .by_cookie
-            .range(offset.saturating_add(1)..)
-            .map(|(&c, (name, ino, kind))| DirEntry { ino: *ino, name: name.clone(), kind: *kind, offset: c })
+        let g = self.rcu().read_lock();
+        let dir = self.dir(&g, ino)?;
+        let mut found = Vec::new();
+        dir.entries.scan_after(&g, offset, READDIR_BATCH, &mut found);
+        let out = found
+            .into_iter()
+            .map(|(h, e)| {
+                let i = e.inode();
+                DirEntry { ino: i.ino, name: e.name.to_vec(), kind: i.kind, offset: h }
+            })
             .collect();
         let t = now();
-        if atime_due(self.opts.atime, &st, t) {
-            st.atime = t;
+        if self.atime_due(dir, &g, t) {
+            dir.touch_atime(t);
         }
         Ok(out)
     }
 
     fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let pc = self.page_cache(ino).ok_or_else(|| self.not_a_file(ino))?;
-        let n = pc.read(offset, buf);
-        let inode = self.get(ino)?;
-        let mut st = lock(&inode);
+        let g = self.rcu().read_lock();
+        let i = self.get(&g, ino)?;
+        if i.kind != FileType::File {
+            return Err(Self::not_a_file(i));
+        }
+        let n = i.data_if_any().map_or(0, |pc| pc.read(offset, buf));
         let t = now();
-        if atime_due(self.opts.atime, &st, t) {
-            st.atime = t;
+        if self.atime_due(i, &g, t) {
+            i.touch_atime(t);
         }
         Ok(n)
     }
 
     fn write(&self, ino: Ino, pos: WritePos, data: &[u8]) -> Result<u64> {
-        let pc = self.page_cache(ino).ok_or_else(|| self.not_a_file(ino))?;
+        let g = self.rcu().read_lock();
+        let i = self.get(&g, ino)?;
+        if i.kind != FileType::File {
+            return Err(Self::not_a_file(i));
+        }
+        let pc = i.data_or_init(|| self.new_page_cache());
         let at = pc.write(
             match pos {
                 WritePos::At(o) => Some(o),
@@ -672,44 +982,36 @@ impl FileSystem for MemFs {
             data,
         )?;
         if !data.is_empty() {
-            let inode = self.get(ino)?;
-            let mut st = lock(&inode);
-            let t = now();
-            st.mtime = t;
-            st.ctime = t;
+            i.touch(now(), true);
         }
         Ok(at)
     }
 
     fn note_access(&self, ino: Ino) {
-        if let Ok(inode) = self.get(ino) {
-            lock(&inode).atime = now();
+        let g = self.rcu().read_lock();
+        if let Ok(i) = self.get(&g, ino) {
+            i.touch_atime(now());
         }
     }
 
     fn note_modify(&self, ino: Ino) {
-        if let Ok(inode) = self.get(ino) {
-            let mut st = lock(&inode);
-            let t = now();
-            st.mtime = t;
-            st.ctime = t;
+        let g = self.rcu().read_lock();
+        if let Ok(i) = self.get(&g, ino) {
+            i.touch(now(), true);
         }
     }
 
     fn page_cache(&self, ino: Ino) -> Option<Arc<PageCache>> {
-        let inode = self.get(ino).ok()?;
-        let st = lock(&inode);
-        match &st.content {
-            Content::File(pc) => Some(pc.clone()),
-            _ => None,
-        }
+        let g = self.rcu().read_lock();
+        let i = self.get(&g, ino).ok()?;
+        (i.kind == FileType::File).then(|| i.data_or_init(|| self.new_page_cache()).clone())
     }
 
     fn statfs(&self) -> Result<StatFs> {
-        let used = self.used_bytes.load(Ordering::Relaxed).div_ceil(BLOCK);
+        let used = self.used_bytes().div_ceil(BLOCK);
         let blocks = self.opts.max_bytes / BLOCK;
         let files = self.opts.max_inodes;
-        let ffree = files.saturating_sub(self.used_inodes.load(Ordering::Relaxed));
+        let ffree = files.saturating_sub(self.live_inodes());
         Ok(StatFs {
             bsize: BLOCK as u32,
             blocks,
@@ -720,24 +1022,28 @@ impl FileSystem for MemFs {
             namelen: 255,
         })
     }
-}
 
-impl MemFs {
-    fn not_a_file(&self, ino: Ino) -> std::io::Error {
-        match self.kind_of(ino) {
-            Ok(FileType::Dir) => crate::error::err(EISDIR),
-            Ok(_) => crate::error::err(EINVAL),
-            Err(e) => e,
-        }
+    fn as_memfs(&self) -> Option<&MemFs> {
+        Some(self)
     }
 }
 
-fn atime_due(policy: AtimePolicy, st: &State, now: Timespec) -> bool {
-    match policy {
-        AtimePolicy::Noatime => false,
-        AtimePolicy::Strict => true,
-        AtimePolicy::Relatime => {
-            st.atime != now && (st.atime <= st.mtime || st.atime <= st.ctime || now.sec - st.atime.sec >= 24 * 3600)
-        }
+impl Drop for MemFs {
+    fn drop(&mut self) {
+        // Nothing refers to memfs any more: no superblock (it holds an
+        // `Arc` of it), no caller. Every name and inode goes at once.
+        let rcu = self.domain().clone();
+        // SAFETY: as above; a bound VFS is gone, and with it its readers.
+        unsafe {
+            self.table.drop_owned(&rcu, |i| {
+                let g = rcu.read_lock();
+                let mut names: Vec<*const Dirent> = Vec::new();
+                i.entries.for_each(&g, |e| names.push(e));
+                drop(g);
+                for e in names {
+                    drop(Box::from_raw(e as *mut Dirent));
+                }
+            })
+        };
     }
 }

@@ -297,6 +297,15 @@ pub trait FileSystem: Send + Sync + 'static {
     /// Called once the VFS serves this filesystem: `notify` is how it
     /// reports changes made behind the VFS's back.
     fn attach(&self, _notify: std::sync::Arc<dyn Notify>) {}
+
+    /// This filesystem as memfs, whose inodes the VFS can use as its
+    /// in-core inodes instead of keeping copies (see `memfs`). A wrapper
+    /// around a memfs leaves this `None`: the VFS then keeps copies, as for
+    /// any filesystem.
+    #[doc(hidden)]
+    fn as_memfs(&self) -> Option<&memfs::MemFs> {
+        None
+    }
 }
 
 /// What a filesystem tells the VFS about changes it did not make (FUSE's
