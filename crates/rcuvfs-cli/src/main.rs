@@ -8,6 +8,14 @@
 mod bench;
 mod fuse;
 
+/// mimalloc, not glibc's malloc: an update frees through RCU, on whichever
+/// thread ends the grace period, and glibc takes the allocating arena's
+/// lock for such a cross-thread free (a create on one core then waits for
+/// a free on another, which no lock of ours causes). The library itself
+/// leaves the allocator to the program that embeds it.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]

@@ -52,6 +52,7 @@ use crate::fs::{Attr, FileSystem, FileType, Ino, Timespec};
 use crate::sync::index::{Index, InsertError, Probe};
 use crate::sync::list_batch::{InodeList, ListMode, Node};
 use crate::sync::lockref::DEAD;
+use crate::sync::shard::SHARDS;
 use crate::sync::{Lockref, Mutex, Rcu, SeqLock};
 
 struct Times {
@@ -464,6 +465,15 @@ impl Super {
     }
 }
 
+/// Inode numbers come in chunks of this many (memfs hands each thread's
+/// shard its own chunks); an owned table partitions by chunk, so that the
+/// inodes one thread creates fall in its own partition.
+pub(crate) const INO_CHUNK: u64 = 1024;
+
+fn new_parts() -> Box<[Index<Inode, true>]> {
+    (0..SHARDS).map(|_| Index::new_sharded()).collect()
+}
+
 /// What an owned table calls as it frees each inode.
 pub(crate) type OnFree = Box<dyn Fn(&Inode) + Send + Sync>;
 
@@ -471,7 +481,10 @@ pub(crate) type OnFree = Box<dyn Fn(&Inode) + Send + Sync>;
 /// with `iget` and `iput`), on a sharded index: creates anywhere in the
 /// filesystem write no common line.
 pub(crate) struct InodeTable {
-    index: Index<Inode, true>,
+    /// One index per partition ([`InodeTable::part`]): a resize (to drop
+    /// the tombstones that create/unlink churn leaves) freezes one
+    /// partition, not the table.
+    parts: Box<[Index<Inode, true>]>,
     /// The superblock's list of in-core inodes (`s_inodes`), in the mode
     /// chosen at build time (seed 004).
     pub list: InodeList,
@@ -494,34 +507,41 @@ impl InodeTable {
     /// A table of copies.
     pub fn new(list: ListMode, owned: bool) -> InodeTable {
         debug_assert!(!owned, "an owned table is made with `new_owned`");
-        InodeTable { index: Index::new_sharded(), list: InodeList::new(list), owned: false, on_free: None }
+        InodeTable { parts: new_parts(), list: InodeList::new(list), owned: false, on_free: None }
     }
 
     /// A filesystem's own table (memfs); `on_free` sees each inode as it is
     /// freed.
     pub fn new_owned(list: ListMode, on_free: OnFree) -> InodeTable {
-        InodeTable { index: Index::new_sharded(), list: InodeList::new(list), owned: true, on_free: Some(on_free) }
+        InodeTable { parts: new_parts(), list: InodeList::new(list), owned: true, on_free: Some(on_free) }
+    }
+
+    /// The partition that holds inode `ino`: by chunk for an owned table
+    /// (memfs gives shard `s` the chunks `k * SHARDS + s`), by hash for
+    /// copies.
+    #[inline]
+    fn part(&self, ino: Ino) -> &Index<Inode, true> {
+        let k = if self.owned { (ino / INO_CHUNK) as usize } else { (ino_hash(ino) >> 40) as usize };
+        &self.parts[k % SHARDS]
     }
 
     /// The inode numbered `ino`, live at the time of the probe; the caller
     /// is in a read section of the table's RCU domain.
     pub fn get<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, ino: Ino) -> Option<&'g Inode> {
-        self.index.find(
-            guard,
-            ino_hash(ino),
-            |i| {
-                if i.ino == ino && !i.is_dead() {
-                    Probe::Stop(i)
-                } else {
-                    Probe::Skip
-                }
-            },
-        )
+        self.part(ino).find(guard, ino_hash(ino), |i| {
+            if i.ino == ino && !i.is_dead() {
+                Probe::Stop(i)
+            } else {
+                Probe::Skip
+            }
+        })
     }
 
     /// Every inode in the table (a snapshot of no instant).
-    pub fn for_each<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, f: impl FnMut(&'g Inode)) {
-        self.index.for_each(guard, f)
+    pub fn for_each<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, mut f: impl FnMut(&'g Inode)) {
+        for p in self.parts.iter() {
+            p.for_each(guard, &mut f)
+        }
     }
 
     /// Puts a new owned inode in the table and on the list (made by its
@@ -535,10 +555,10 @@ impl InodeTable {
         loop {
             // The home lock is released at the end of this statement, before
             // a grow (which would wait for it).
-            let r = self.index.lock(hash, rcu).insert(i, hash);
+            let r = self.part(i.ino).lock(hash, rcu).insert(i, hash);
             match r {
                 Ok(()) => break,
-                Err(InsertError::Full) => self.index.grow(rcu),
+                Err(InsertError::Full) => self.part(i.ino).grow(rcu),
                 Err(InsertError::Closed) => unreachable!("inode tables are never closed"),
             }
         }
@@ -595,7 +615,7 @@ impl InodeTable {
             let p = Box::into_raw(inode) as *const Inode;
             // SAFETY: ours until inserted.
             let i = unsafe { &*p };
-            let mut l = self.index.lock(hash, rcu);
+            let mut l = self.part(attr.ino).lock(hash, rcu);
             let present = l
                 .find(hash, |x| if x.ino == attr.ino && !x.is_dead() { Probe::Stop(()) } else { Probe::Skip })
                 .is_some();
@@ -611,7 +631,7 @@ impl InodeTable {
                     drop(l);
                     // SAFETY: never shared.
                     drop(unsafe { Box::from_raw(p as *mut Inode) });
-                    self.index.grow(rcu);
+                    self.part(attr.ino).grow(rcu);
                     continue;
                 }
                 Err(InsertError::Closed) => unreachable!("inode tables are never closed"),
@@ -724,9 +744,10 @@ impl InodeTable {
     /// Takes a dead inode out of the table and the list, and retires it.
     fn free(&self, inode: &Inode, rcu: &Rcu) {
         let hash = ino_hash(inode.ino);
-        let removed = self.index.lock(hash, rcu).remove(inode, hash);
+        let part = self.part(inode.ino);
+        let removed = part.lock(hash, rcu).remove(inode, hash);
         debug_assert!(removed, "an inode being freed is in its table");
-        self.index.shrink_if_sparse(rcu);
+        part.shrink_if_sparse(rcu);
         // SAFETY: added when the inode was made; only this, its end,
         // deletes it.
         unsafe { self.list.del(&inode.sb) };
@@ -747,7 +768,7 @@ impl InodeTable {
     pub fn clear(&self, sb: &Super, counters: &LiveCounters, rcu: &Rcu) {
         let g = rcu.read_lock();
         let mut left: Vec<*const Inode> = Vec::new();
-        self.index.for_each(&g, |i| {
+        self.for_each(&g, |i| {
             if !i.is_dead() {
                 left.push(i);
             }
@@ -797,10 +818,12 @@ impl InodeTable {
     pub unsafe fn drop_owned(&self, rcu: &Rcu, mut f: impl FnMut(&Inode)) {
         let g = rcu.read_lock();
         let mut all: Vec<*const Inode> = Vec::new();
-        self.index.for_each(&g, |i| all.push(i));
+        self.for_each(&g, |i| all.push(i));
         drop(g);
-        // SAFETY: the caller's contract.
-        unsafe { self.index.clear_now() };
+        for p in self.parts.iter() {
+            // SAFETY: the caller's contract.
+            unsafe { p.clear_now() };
+        }
         for p in all {
             // SAFETY: the caller's contract.
             let i = unsafe { &*p };

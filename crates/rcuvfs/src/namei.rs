@@ -317,6 +317,80 @@ impl Dcache {
         Some((mnt, p, ps))
     }
 
+    /// An RCU-walk of `path` from `(mnt, start)` that ends holding what it
+    /// found (`legitimize_path`): a reference on the final dentry and on its
+    /// mount (none for the root mount), then a check that the dentry's
+    /// count has not moved since the walk read it. The only shared stores
+    /// are on the final dentry: an update in `/a/b/c` leaves `/`, `/a` and
+    /// `/a/b` untouched. `None`: fall back to REF-walk.
+    pub(crate) fn walk_rcu_pinned<'a>(
+        &'a self,
+        cred: &'a Cred,
+        mnt: &'a Mount,
+        start: &'a Dentry,
+        path: &[u8],
+        follow: bool,
+    ) -> Rcu<(RefWalk<'a>, DRef<'a>)> {
+        let guard = self.rcu.read_lock();
+        let sseq = start.seq.read_begin()?;
+        let mut w = Walk::new(cred);
+        let (m, d, seq) = match self.walk_rcu(&guard, &mut w, mnt, start, sseq, path, follow)? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
+        // The mount first: a dentry reference must not outlive its
+        // filesystem's last mount.
+        let mref = match self.mnt_get_rcu(m)? {
+            Some(r) => r,
+            None => self.mntget(m), // the root mount: pinned, no store
+        };
+        if !d.lockref().get_not_dead() {
+            return None;
+        }
+        // SAFETY: we just took this reference.
+        let r = unsafe { DRef::adopt(self, d) };
+        if d.seq.read_retry(seq) {
+            return None; // moved or killed after the walk read it
+        }
+        let mut rw = RefWalk::new(cred, mref);
+        rw.links = w.links;
+        Some(Ok((rw, r)))
+    }
+
+    /// The parent walk of an update in RCU-walk: every component but the
+    /// last, then the pin of [`walk_rcu_pinned`](Self::walk_rcu_pinned) on
+    /// the directory alone. Only for a last component that is a name (".",
+    /// "..", and "/" fall back).
+    pub(crate) fn walk_parent_rcu<'a, 'p>(
+        &'a self,
+        cred: &'a Cred,
+        mnt: &'a Mount,
+        start: &'a Dentry,
+        path: &'p [u8],
+    ) -> Rcu<(RefWalk<'a>, Parent<'a, 'p>)> {
+        let end = path.iter().rposition(|&b| b != b'/')? + 1;
+        let trimmed = &path[..end];
+        let (dir, name) = match trimmed.iter().rposition(|&b| b == b'/') {
+            Some(0) => (&path[..1], &trimmed[1..]),
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => (&trimmed[..0], trimmed),
+        };
+        if name == b"." || name == b".." {
+            return None;
+        }
+        let (w, d) = match self.walk_rcu_pinned(cred, mnt, start, dir, true)? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
+        if !d.is_dir() {
+            return Some(fail(ENOTDIR));
+        }
+        if let Err(e) = self.may_exec(cred, &d) {
+            return Some(Err(e));
+        }
+        Some(Ok((w, Parent { dir: d, last: Last::Normal(name), trailing: end < path.len() })))
+    }
+
     // ---------------------------------------------------------------- REF
 
     /// Looks `name` up in `dir` and returns a reference to its dentry,

@@ -637,11 +637,40 @@ impl Vfs {
         Ok((RefWalk::new(&self.cred, dc.mntget(m)), dc.dget(d)))
     }
 
+    /// The parent walk of an update: RCU-walk, pinning only the directory
+    /// it ends in (in the modes that walk in RCU), else REF-walk.
+    fn begin_parent<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8]) -> Result<(RefWalk<'a>, Parent<'a, 'p>)> {
+        let dc = self.dc();
+        if self.shared.mode.tries_rcu_walk() {
+            let (m, d) = self.start_place(start)?;
+            if let Some(r) = dc.walk_parent_rcu(&self.cred, m, d, path) {
+                return r;
+            }
+        }
+        let (mut w, s) = self.begin(start, path)?;
+        let p = dc.walk_parent(&mut w, s, path)?;
+        Ok((w, p))
+    }
+
+    /// A walk to a positive dentry that the caller keeps: RCU-walk, pinning
+    /// only what it finds (in the modes that walk in RCU), else REF-walk.
+    fn begin_walk<'a>(&'a self, start: Start<'a>, path: &[u8], follow: bool) -> Result<(RefWalk<'a>, DRef<'a>)> {
+        let dc = self.dc();
+        if self.shared.mode.tries_rcu_walk() {
+            let (m, d) = self.start_place(start)?;
+            if let Some(r) = dc.walk_rcu_pinned(&self.cred, m, d, path, follow) {
+                return r;
+            }
+        }
+        let (mut w, s) = self.begin(start, path)?;
+        let d = dc.walk(&mut w, s, path, follow)?;
+        Ok((w, d))
+    }
+
     fn entry_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Entry> {
         check_path(path)?;
         let _g = self.shared.global();
-        let (mut w, s) = self.begin(start, path)?;
-        let d = self.dc().walk(&mut w, s, path, follow)?;
+        let (w, d) = self.begin_walk(start, path, follow)?;
         Ok(Entry::from_ref(&self.shared, self.dc().mntget(w.mnt()), d))
     }
 
@@ -922,8 +951,7 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let (mut w, s) = self.begin(start, path)?;
-        let p = dc.walk_parent(&mut w, s, path)?;
+        let (_w, p) = self.begin_parent(start, path)?;
         let Last::Normal(name) = p.last else {
             return fail(EEXIST);
         };
@@ -1069,8 +1097,7 @@ impl Vfs {
 
     fn link_to(&self, src_mnt: &Mount, src_d: &Dentry, dst_start: Start, dst: &[u8]) -> Result<()> {
         let dc = self.dc();
-        let (mut w, s) = self.begin(dst_start, dst)?;
-        let p = dc.walk_parent(&mut w, s, dst)?;
+        let (w, p) = self.begin_parent(dst_start, dst)?;
         if !std::ptr::eq(src_mnt, w.mnt()) {
             return fail(EXDEV);
         }
@@ -1142,8 +1169,7 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let (mut w, s) = self.begin(start, path)?;
-        let p = dc.walk_parent(&mut w, s, path)?;
+        let (_w, p) = self.begin_parent(start, path)?;
         let Last::Normal(name) = p.last else {
             return fail(EISDIR);
         };
@@ -1179,8 +1205,7 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let (mut w, s) = self.begin(start, path)?;
-        let p = dc.walk_parent(&mut w, s, path)?;
+        let (_w, p) = self.begin_parent(start, path)?;
         let name = match p.last {
             Last::Normal(name) => name,
             Last::Dot => return fail(EINVAL),
@@ -1401,10 +1426,8 @@ impl Vfs {
         check_path(to)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let (mut w1, s) = self.begin(s1, from)?;
-        let op: Parent = dc.walk_parent(&mut w1, s, from)?;
-        let (mut w2, s) = self.begin(s2, to)?;
-        let np: Parent = dc.walk_parent(&mut w2, s, to)?;
+        let (w1, op) = self.begin_parent(s1, from)?;
+        let (w2, np) = self.begin_parent(s2, to)?;
         if !std::ptr::eq(w1.mnt(), w2.mnt()) {
             return fail(EXDEV);
         }
@@ -1589,8 +1612,14 @@ impl Vfs {
         opts.validate()?;
         check_path(path)?;
         let _g = self.shared.global();
-        let (mut w, s) = self.begin(start, path)?;
-        let (d, created) = self.open_walk(&mut w, s, path, opts)?;
+        let (w, d, created) = if opts.create_any() {
+            let (mut w, p) = self.begin_parent(start, path)?;
+            let (d, created) = self.open_create(&mut w, p, opts)?;
+            (w, d, created)
+        } else {
+            let (w, d) = self.begin_walk(start, path, !opts.nofollow)?;
+            (w, d, false)
+        };
         self.finish_open(w.mnt(), d.inode().expect("positive"), opts, created)
     }
 
@@ -1608,6 +1637,17 @@ impl Vfs {
             return Ok((d, false));
         }
         let p = dc.walk_parent(w, start, path)?;
+        self.open_create(w, p, opts)
+    }
+
+    /// The last component of an `O_CREAT` open: finds or creates it.
+    fn open_create<'a>(
+        &'a self,
+        w: &mut RefWalk<'a>,
+        p: Parent<'a, '_>,
+        opts: &OpenOptions,
+    ) -> Result<(DRef<'a>, bool)> {
+        let dc = self.dc();
         let Last::Normal(name) = p.last else {
             return fail(EISDIR);
         };

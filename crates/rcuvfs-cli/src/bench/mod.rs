@@ -21,6 +21,7 @@ use workloads::{is_known_mode, vfs_config, Ctx, Target, WORKLOADS};
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Workloads to run (default: all): stat-same, stat-private, short,
+    /// create-private, create-shared,
     /// rename-storm, tree-walk, dd-write, dd-read, pagecache-mix,
     /// inode-exit.
     workloads: Vec<String>,
@@ -239,7 +240,10 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
 
     let mut rows: Vec<Row> = Vec::new();
     for (w, modes) in &plan {
-        println!("\n{} (seed {}): {}", w.name, w.seed, w.op);
+        match w.seed {
+            "-" => println!("\n{}: {}", w.name, w.op),
+            seed => println!("\n{} (seed {seed}): {}", w.name, w.op),
+        }
         println!(
             "{:<16} {:>7} {:>13} {:>12} {:>10} {:>9} {:>10} {:>6} {:>8}",
             "mode", "threads", "ops/s", "ops/s/thr", "ns/op", "speedup", "vs global", "wrong", "hits"

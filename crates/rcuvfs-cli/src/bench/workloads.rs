@@ -109,6 +109,20 @@ pub static WORKLOADS: &[Workload] = &[
         build: short,
     },
     Workload {
+        name: "create-private",
+        seed: "-",
+        op: "create (open O_CREAT, close) then unlink of one of 64 names, each thread in its own directory (one op = both)",
+        modes: &[REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
+        build: |c, m, t| create_unlink(c, m, t, true),
+    },
+    Workload {
+        name: "create-shared",
+        seed: "-",
+        op: "create (open O_CREAT, close) then unlink of one of 64 names per thread, all threads in one directory",
+        modes: &[REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
+        build: |c, m, t| create_unlink(c, m, t, false),
+    },
+    Workload {
         name: "rename-storm",
         seed: "003",
         op: "stat of a name that never moves while a thread renames its siblings",
@@ -467,6 +481,86 @@ fn short(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Targ
                 vfs.create_dir_all(format!("/short/d{d}"))?;
             }
             Ok(Arc::new(VfsShort { vfs }))
+        }
+    }
+}
+
+// ------------------------------------------------------ create-private/-shared
+
+/// Names each thread cycles through.
+const CREATE_NAMES: usize = 64;
+
+/// Thread `t`'s names: in its own directory `d{t}`, or all in `d0`.
+fn create_names(root: &str, private: bool, t: usize) -> Vec<String> {
+    let dir = if private { t } else { 0 };
+    (0..CREATE_NAMES).map(|i| format!("{root}/d{dir}/t{t}-{i}")).collect()
+}
+
+struct VfsCreate {
+    vfs: Vfs,
+    names: Vec<Vec<String>>,
+}
+
+impl Target for VfsCreate {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let names = &self.names[thread];
+        let mut i = 0;
+        batches(stop, count, || {
+            let p = &names[i % CREATE_NAMES];
+            drop(self.vfs.open(p, OpenOptions::new().write(true).create(true)).expect("create"));
+            self.vfs.remove_file(p).expect("unlink");
+            i += 1;
+        });
+    }
+}
+
+struct HostCreate {
+    _dir: HostDir,
+    names: Vec<Vec<CString>>,
+}
+
+impl Target for HostCreate {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let names = &self.names[thread];
+        let mut i = 0;
+        batches(stop, count, || {
+            let p = &names[i % CREATE_NAMES];
+            // SAFETY: NUL-terminated paths.
+            unsafe {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC, 0o644);
+                assert!(fd >= 0, "create: {}", std::io::Error::last_os_error());
+                libc::close(fd);
+                assert_eq!(libc::unlink(p.as_ptr()), 0, "unlink: {}", std::io::Error::last_os_error());
+            }
+            i += 1;
+        });
+    }
+}
+
+fn create_unlink(ctx: &Ctx, mode: &str, threads: usize, private: bool) -> std::io::Result<Arc<dyn Target>> {
+    let tag = if private { "create-private" } else { "create-shared" };
+    memfs_only(ctx, tag)?;
+    let dirs = if private { threads } else { 1 };
+    match mode {
+        "papaya" | "dashmap" => Err(unsupported(mode, tag)),
+        "host" => {
+            let dir = HostDir::new(ctx, tag)?;
+            for d in 0..dirs {
+                std::fs::create_dir(dir.0.join(format!("d{d}")))?;
+            }
+            let root = dir.0.to_str().ok_or_else(|| std::io::Error::other("host dir is not UTF-8"))?.to_string();
+            let names = (0..threads)
+                .map(|t| create_names(&root, private, t).into_iter().map(|n| cstr(Path::new(&n))).collect())
+                .collect();
+            Ok(Arc::new(HostCreate { _dir: dir, names }))
+        }
+        m => {
+            let vfs = new_vfs(m)?;
+            for d in 0..dirs {
+                vfs.create_dir_all(format!("/c/d{d}"))?;
+            }
+            let names = (0..threads).map(|t| create_names("/c", private, t)).collect();
+            Ok(Arc::new(VfsCreate { vfs, names }))
         }
     }
 }

@@ -71,8 +71,7 @@ use crate::time::now;
 
 pub const ROOT_INO: Ino = 1;
 const BLOCK: u64 = 4096;
-/// Inode numbers a thread's shard takes from the common counter at once.
-const INO_CHUNK: u64 = 1024;
+use crate::inode::INO_CHUNK;
 /// Entries one `readdir` call returns at least (when there are that many).
 const READDIR_BATCH: usize = 256;
 
@@ -195,10 +194,11 @@ pub struct MemFs {
     bound: std::sync::atomic::AtomicPtr<Super>,
     table: Arc<InodeTable>,
     root: *const Inode,
-    /// The next chunk of inode numbers.
-    next_chunk: std::sync::atomic::AtomicU64,
-    /// Per shard: the next inode number of its chunk (0: take a chunk).
-    next_ino: Box<[Padded<std::sync::atomic::AtomicU64>]>,
+    /// Per shard: the next inode number of its chunk (0: take a chunk),
+    /// and the chunks it took. Shard `s`'s `k`-th chunk is `k * SHARDS + s`
+    /// (from `k = 1`; chunk 0 holds the root), the inode table's partition
+    /// of `s`.
+    next_ino: Box<[Padded<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>]>,
     usage: Arc<Usage>,
     /// Charges a page cache's pages to `usage.bytes`.
     acct: Accounting,
@@ -253,7 +253,6 @@ impl MemFs {
             bound: std::sync::atomic::AtomicPtr::new(ptr::null_mut()),
             table,
             root,
-            next_chunk: std::sync::atomic::AtomicU64::new(INO_CHUNK),
             next_ino: (0..SHARDS).map(|_| Padded(Default::default())).collect(),
             usage,
             acct,
@@ -352,14 +351,16 @@ impl MemFs {
     /// that creates on different threads share no line.
     fn next_ino(&self) -> Ino {
         use std::sync::atomic::Ordering::Relaxed;
-        let s = &self.next_ino[crate::sync::shard::current()].0;
+        let shard = crate::sync::shard::current();
+        let (s, taken) = &self.next_ino[shard].0;
         let mut v = s.load(Relaxed);
         loop {
             if v.is_multiple_of(INO_CHUNK) {
                 // The chunk is used up (or none was taken): a new one. A
                 // chunk lost to a racing thread of the same shard is only
                 // numbers.
-                let c = self.next_chunk.fetch_add(INO_CHUNK, Relaxed);
+                let k = taken.fetch_add(1, Relaxed) + 1;
+                let c = (k * SHARDS as u64 + shard as u64) * INO_CHUNK;
                 match s.compare_exchange(v, c + 1, Relaxed, Relaxed) {
                     Ok(_) => return c,
                     Err(x) => v = x,
