@@ -5,6 +5,7 @@
 //! SVG plots (`--plot`).
 
 mod exit;
+mod files;
 mod plot;
 mod workloads;
 
@@ -21,7 +22,8 @@ use workloads::{is_known_mode, vfs_config, Ctx, Target, WORKLOADS};
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Workloads to run (default: all): stat-same, stat-private, short,
-    /// create-private, create-shared,
+    /// create-private, create-shared, and (only when named, it takes
+    /// minutes) files,
     /// rename-storm, tree-walk, dd-write, dd-read, pagecache-mix,
     /// inode-exit.
     workloads: Vec<String>,
@@ -67,6 +69,9 @@ pub struct BenchArgs {
     /// pagecache-mix: the share of operations that write.
     #[arg(long, default_value_t = 0.1)]
     write_share: f64,
+    /// files: the numbers of files to sweep (k and M suffixes).
+    #[arg(long, default_value = "10k,100k,1M,10M")]
+    files: String,
     /// inode-exit: files each thread creates and keeps open.
     #[arg(long, default_value_t = 8000)]
     exit_files: usize,
@@ -119,6 +124,9 @@ pub struct Row {
 struct Report {
     machine: Machine,
     results: Vec<Row>,
+    /// The `files` sweep: ns per file and bytes per file against N.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    files: Vec<files::FilesRow>,
 }
 
 /// One counter per cache-line pair (against adjacent-line prefetch).
@@ -201,7 +209,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     } else {
         args.workloads
             .iter()
-            .filter(|name| *name != "inode-exit")
+            .filter(|name| *name != "inode-exit" && *name != "files")
             .map(|name| {
                 WORKLOADS.iter().find(|w| w.name == name).ok_or_else(|| {
                     let known: Vec<_> = WORKLOADS.iter().map(|w| w.name).collect();
@@ -219,6 +227,8 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
             )));
         }
     }
+    let run_files = args.workloads.iter().any(|w| w == "files");
+    let file_sizes = files::parse_sizes(&args.files)?;
     let threads = parse_threads(&args.threads)?;
     let max_threads = *threads.iter().max().unwrap();
     let duration = Duration::from_secs_f64(args.duration.max(0.01));
@@ -373,7 +383,19 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
         }
     }
     progress.finish_and_clear();
+    let mut file_rows = Vec::new();
+    if run_files {
+        let modes: Vec<String> = match &explicit {
+            Some(ms) => ms.iter().filter(|m| *m == "host" || vfs_config(m).is_some()).cloned().collect(),
+            None => vec!["norefs".into(), "host".into()],
+        };
+        file_rows = files::sweep(&modes, &file_sizes, args.repeats, args.dcache_target, &args.host_dir)?;
+    }
     if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir)?;
+        if run_files {
+            plot::write_files(&dir.join("files.svg"), &file_rows)?;
+        }
         std::fs::create_dir_all(dir)?;
         for (w, _) in &plan {
             plot::write(&dir.join(format!("{}.svg", w.name)), w.name, &rows)?;
@@ -394,6 +416,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                     .unwrap_or_default(),
             },
             results: rows,
+            files: file_rows,
         };
         std::fs::write(path, serde_json::to_string_pretty(&report).map_err(std::io::Error::other)?)?;
     }

@@ -88,3 +88,92 @@ pub fn write(path: &Path, workload: &str, rows: &[Row]) -> std::io::Result<()> {
     s.push_str("</svg>\n");
     std::fs::write(path, s)
 }
+
+/// The `files` sweep: ns per file against N, both axes logarithmic, one
+/// line per mode and phase.
+pub fn write_files(path: &Path, rows: &[super::files::FilesRow]) -> std::io::Result<()> {
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut modes: Vec<&str> = Vec::new();
+    for r in rows {
+        if !modes.contains(&r.mode.as_str()) {
+            modes.push(&r.mode);
+        }
+    }
+    type Phase = (&'static str, fn(&super::files::FilesRow) -> f64);
+    let phases: [Phase; 3] = [("create", |r| r.create_ns), ("stat", |r| r.stat_ns), ("unlink", |r| r.unlink_ns)];
+    for m in &modes {
+        for (name, f) in phases {
+            let pts = rows.iter().filter(|r| r.mode == *m).map(|r| (r.files as f64, f(r).max(1.0))).collect();
+            series.push((format!("{m} {name}"), pts));
+        }
+    }
+    let all = series.iter().flat_map(|s| s.1.iter());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in all {
+        x0 = x0.min(x.log10());
+        x1 = x1.max(x.log10());
+        y0 = y0.min(y.log10());
+        y1 = y1.max(y.log10());
+    }
+    if x0 > x1 {
+        return std::fs::write(path, "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n");
+    }
+    let (x0, x1) = (x0.floor(), x1.ceil().max(x0.floor() + 1.0));
+    let (y0, y1) = (y0.floor(), y1.ceil().max(y0.floor() + 1.0));
+    let x = |v: f64| LEFT + (v.log10() - x0) / (x1 - x0) * (W - LEFT - RIGHT);
+    let y = |v: f64| H - BOTTOM - (v.log10() - y0) / (y1 - y0) * (H - TOP - BOTTOM);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{}" y="24" font-size="16" text-anchor="middle">files: ns per file by number of files (log-log)</text>
+<line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="black"/>
+<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="black"/>
+"#,
+        (W - RIGHT + LEFT) / 2.0,
+        H - BOTTOM,
+        W - RIGHT,
+        H - BOTTOM,
+        H - BOTTOM
+    );
+    for e in y0 as i32..=y1 as i32 {
+        let v = 10f64.powi(e);
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" text-anchor="end">{v}</text><line x1="{LEFT}" y1="{1}" x2="{}" y2="{1}" stroke="#ddd"/>"##,
+            LEFT - 6.0,
+            y(v) + 4.0,
+            W - RIGHT
+        );
+    }
+    for e in x0 as i32..=x1 as i32 {
+        let v = 10f64.powi(e);
+        let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{v}</text>"#, x(v), H - BOTTOM + 18.0);
+    }
+    let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">files</text>"#, (W - RIGHT + LEFT) / 2.0, H - 10.0);
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let dash = if name.starts_with("host") { r#" stroke-dasharray="5,3""# } else { "" };
+        let line: Vec<String> = pts.iter().map(|&(a, b)| format!("{:.1},{:.1}", x(a), y(b))).collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
+            line.join(" ")
+        );
+        for &(a, b) in pts {
+            let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#, x(a), y(b));
+        }
+        let ly = TOP + 16.0 * i as f64;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/><text x="{}" y="{}">{name}</text>"#,
+            W - RIGHT + 15.0,
+            W - RIGHT + 35.0,
+            W - RIGHT + 40.0,
+            ly + 4.0
+        );
+    }
+    s.push_str("</svg>\n");
+    std::fs::write(path, s)
+}

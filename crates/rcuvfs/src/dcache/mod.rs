@@ -33,8 +33,29 @@
 //! unrelated ones by address), then an index's home lock (two in the index's
 //! order), then an LRU shard's lock, then the inode table and `aliases`. The
 //! shrinker walks an LRU list under its lock and only *tries* each dentry's
-//! `d_lock`, so it never waits against this order. A filesystem's own locks
-//! come after all of these (see `fs::Notify`).
+//! `d_lock`, so it never waits against this order.
+//!
+//! A filesystem's own locks come after all of these: the VFS calls a
+//! filesystem holding at most name locks (never a `d_lock`, a home lock or
+//! an LRU lock), and a filesystem calls back into the dcache (`fs::Notify`)
+//! holding none of its own. memfs's, in its own order:
+//!
+//! | lock                       | protects                                         |
+//! |----------------------------|--------------------------------------------------|
+//! | a directory's entry-index home lock | its entries of that home (`sync::index`); two (a rename) in index order |
+//! | an inode's `refs` lock (lockref) | the in-core count's transitions to and from zero, the dead mark; released before the inode leaves its table |
+//! | an inode-table partition's home lock | that partition's slots: insert on create, remove on free |
+//! | the superblock list's lock (per shard in `percpu`) | `s_inodes` links (seed 004) |
+//! | an inode's attribute seqlock | its attributes (a leaf: nothing is taken inside it) |
+//!
+//! Order, in the table's order (memfs's module doc has the details): entry
+//! home locks, then the inode table's, then the list's, then `attrs`; the
+//! `refs` lock is let go before the table's is taken. In practice a create
+//! takes them one at a time (its inode goes into the table before its
+//! entry into the directory), and an rmdir *closes* the victim's entry
+//! index (a state in the index's count word, not a lock: a create there
+//! then fails ENOENT) before it takes the parent's entry lock, so no create
+//! in the victim waits on the parent.
 //!
 //! Nothing on the path of a lookup, a create, an unlink or a same-directory
 //! rename is global: two of them share a lock or a written cache line only

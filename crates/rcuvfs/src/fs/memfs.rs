@@ -4,7 +4,8 @@
 //! # One inode per file
 //!
 //! memfs keeps its inodes as the VFS's in-core inodes ([`Inode`]), in one
-//! table by number, as tmpfs keeps its truth in the kernel's inodes. A
+//! table by number (partitioned by the thread shard that made them), as
+//! tmpfs keeps its truth in the kernel's inodes. A
 //! memfs bound to a superblock (see [`MemFs::bind`]: the `Vfs` it is the
 //! root of, or the first that mounts it in the same RCU domain) lends that
 //! table to it: a file then exists once, as one inode, one name in its

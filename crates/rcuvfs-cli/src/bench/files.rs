@@ -1,0 +1,243 @@
+//! `files`: does a cost per file grow with the number of files? One thread
+//! creates N empty files spread over 1,000 directories (`write(path, "")`),
+//! stats each path once in creation order (cold: the previous stat was of
+//! another directory), then removes each. Reports ns per file for each
+//! phase and the memory each file costs: the growth of the process's RSS
+//! for the Vfs; for the `host` peer (the same syscalls on the host's
+//! tmpfs) the growth of the kernel's slab, where the kernel keeps its
+//! dentries and inodes.
+
+use std::ffi::CString;
+use std::path::Path;
+use std::time::Instant;
+
+use rcuvfs::Vfs;
+use serde::Serialize;
+
+/// Directories the files are spread over.
+const DIRS: usize = 1000;
+
+#[derive(Serialize, Clone)]
+pub struct FilesRow {
+    pub mode: String,
+    pub files: usize,
+    pub create_ns: f64,
+    pub stat_ns: f64,
+    pub unlink_ns: f64,
+    /// Vfs: RSS growth per file after the creates; host: slab growth.
+    pub bytes_per_file: f64,
+    /// What `bytes_per_file` measures.
+    pub memory: &'static str,
+}
+
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|x| x.parse::<u64>().ok()))
+        .unwrap_or(0)
+        * 4096
+}
+
+/// The kernel's slab, in bytes (`Slab:` of /proc/meminfo).
+fn slab() -> u64 {
+    let s = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Slab:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// The path of file `i` under `root`, written into `buf`.
+fn path_of(buf: &mut String, root: &str, i: usize) {
+    use std::fmt::Write;
+    buf.clear();
+    let _ = write!(buf, "{root}/d{}/f{i}", i % DIRS);
+}
+
+fn per_file(t: Instant, n: usize) -> f64 {
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// One run in a Vfs mode (the builder's defaults but the reference mode,
+/// and the dcache target when given).
+pub fn run_vfs(mode: &str, n: usize, dcache_target: Option<usize>) -> std::io::Result<FilesRow> {
+    let c = super::workloads::vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
+    let mut b = Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache);
+    if let Some(t) = dcache_target {
+        b = b.dcache_target(t);
+    }
+    let v = b.build()?;
+    for d in 0..DIRS {
+        v.create_dir(format!("/d{d}"))?;
+    }
+    let mut p = String::new();
+    let r0 = rss();
+    let t = Instant::now();
+    for i in 0..n {
+        path_of(&mut p, "", i);
+        v.write(&p, b"")?;
+    }
+    let create_ns = per_file(t, n);
+    let bytes = rss().saturating_sub(r0) as f64 / n as f64;
+    let t = Instant::now();
+    for i in 0..n {
+        path_of(&mut p, "", i);
+        std::hint::black_box(v.metadata(&p)?);
+    }
+    let stat_ns = per_file(t, n);
+    let t = Instant::now();
+    for i in 0..n {
+        path_of(&mut p, "", i);
+        v.remove_file(&p)?;
+    }
+    let unlink_ns = per_file(t, n);
+    Ok(FilesRow {
+        mode: mode.to_string(),
+        files: n,
+        create_ns,
+        stat_ns,
+        unlink_ns,
+        bytes_per_file: bytes,
+        memory: "process RSS",
+    })
+}
+
+/// The `host` peer: open(O_CREAT)+close, stat, unlink on `host_dir`.
+pub fn run_host(n: usize, host_dir: &Path) -> std::io::Result<FilesRow> {
+    let root = host_dir.join(format!("rcuvfs-files-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    for d in 0..DIRS {
+        std::fs::create_dir_all(root.join(format!("d{d}")))?;
+    }
+    let result = (|| {
+        let rs = root.to_str().ok_or_else(|| std::io::Error::other("host dir is not UTF-8"))?;
+        let mut p = String::new();
+        let c = |p: &str| CString::new(p).expect("no NUL in bench paths");
+        let check = |r: i32, what: &str| {
+            if r < 0 {
+                Err(std::io::Error::other(format!("{what}: {}", std::io::Error::last_os_error())))
+            } else {
+                Ok(())
+            }
+        };
+        let s0 = slab();
+        let t = Instant::now();
+        for i in 0..n {
+            path_of(&mut p, rs, i);
+            let cp = c(&p);
+            // SAFETY: a NUL-terminated path.
+            let fd = unsafe { libc::open(cp.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC, 0o644) };
+            check(fd, "create")?;
+            // SAFETY: our descriptor.
+            unsafe { libc::close(fd) };
+        }
+        let create_ns = per_file(t, n);
+        let bytes = slab().saturating_sub(s0) as f64 / n as f64;
+        // SAFETY: an all-zero `stat` is valid to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let t = Instant::now();
+        for i in 0..n {
+            path_of(&mut p, rs, i);
+            let cp = c(&p);
+            // SAFETY: a NUL-terminated path and a writable buffer.
+            check(unsafe { libc::stat(cp.as_ptr(), &mut st) }, "stat")?;
+        }
+        let stat_ns = per_file(t, n);
+        let t = Instant::now();
+        for i in 0..n {
+            path_of(&mut p, rs, i);
+            let cp = c(&p);
+            // SAFETY: a NUL-terminated path.
+            check(unsafe { libc::unlink(cp.as_ptr()) }, "unlink")?;
+        }
+        let unlink_ns = per_file(t, n);
+        Ok(FilesRow {
+            mode: "host".into(),
+            files: n,
+            create_ns,
+            stat_ns,
+            unlink_ns,
+            bytes_per_file: bytes,
+            memory: "kernel slab",
+        })
+    })();
+    let _ = std::fs::remove_dir_all(&root);
+    result
+}
+
+/// Runs every size in every mode, `repeats` times each (the median of
+/// each time; the largest memory figure, the first run's, since later runs
+/// reuse memory the allocator kept), printing the table as it goes. Sizes
+/// run in the order given: memory an earlier, smaller size freed can hide
+/// up to its own share of a later figure.
+pub fn sweep(
+    modes: &[String],
+    sizes: &[usize],
+    repeats: usize,
+    dcache_target: Option<usize>,
+    host_dir: &Path,
+) -> std::io::Result<Vec<FilesRow>> {
+    println!("\nfiles: one thread creates N empty files in {DIRS} directories, stats each once, unlinks each");
+    println!(
+        "{:<10} {:>10} {:>12} {:>10} {:>12} {:>10}  {}",
+        "mode", "files", "create ns", "stat ns", "unlink ns", "B/file", "memory"
+    );
+    let mut rows = Vec::new();
+    for &n in sizes {
+        for m in modes {
+            let runs: std::io::Result<Vec<FilesRow>> = (0..repeats.max(1))
+                .map(|_| if m == "host" { run_host(n, host_dir) } else { run_vfs(m, n, dcache_target) })
+                .collect();
+            let runs = match runs {
+                Ok(r) => r,
+                Err(e) => {
+                    // The host's tmpfs may allow fewer inodes than N
+                    // (/dev/shm: half the memory's pages); say so, go on.
+                    println!("{:<10} {:>10} skipped: {e}", m, n);
+                    continue;
+                }
+            };
+            let med = |f: fn(&FilesRow) -> f64| {
+                let mut v: Vec<f64> = runs.iter().map(f).collect();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let r = FilesRow {
+                mode: m.clone(),
+                files: n,
+                create_ns: med(|r| r.create_ns),
+                stat_ns: med(|r| r.stat_ns),
+                unlink_ns: med(|r| r.unlink_ns),
+                // The largest: a later run in the same process reuses the
+                // memory an earlier one freed to the allocator.
+                bytes_per_file: runs.iter().map(|r| r.bytes_per_file).fold(0.0, f64::max),
+                memory: runs[0].memory,
+            };
+            println!(
+                "{:<10} {:>10} {:>12.0} {:>10.0} {:>12.0} {:>10.0}  {}",
+                r.mode, r.files, r.create_ns, r.stat_ns, r.unlink_ns, r.bytes_per_file, r.memory
+            );
+            rows.push(r);
+        }
+    }
+    Ok(rows)
+}
+
+pub fn parse_sizes(s: &str) -> std::io::Result<Vec<usize>> {
+    s.split(',')
+        .map(|x| {
+            let x = x.trim().replace('_', "");
+            let (num, mul) = match x.chars().last() {
+                Some('k') => (&x[..x.len() - 1], 1_000),
+                Some('M') => (&x[..x.len() - 1], 1_000_000),
+                _ => (&x[..], 1),
+            };
+            num.parse::<usize>()
+                .ok()
+                .map(|n| n * mul)
+                .filter(|&n| n > 0)
+                .ok_or_else(|| std::io::Error::other(format!("bad file count {x:?}")))
+        })
+        .collect()
+}
