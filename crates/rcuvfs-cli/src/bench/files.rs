@@ -180,8 +180,8 @@ pub fn sweep(
 ) -> std::io::Result<Vec<FilesRow>> {
     println!("\nfiles: one thread creates N empty files in {DIRS} directories, stats each once, unlinks each");
     println!(
-        "{:<10} {:>10} {:>12} {:>10} {:>12} {:>10}  {}",
-        "mode", "files", "create ns", "stat ns", "unlink ns", "B/file", "memory"
+        "{:<10} {:>10} {:>12} {:>10} {:>12} {:>10}  memory",
+        "mode", "files", "create ns", "stat ns", "unlink ns", "B/file"
     );
     let mut rows = Vec::new();
     for &n in sizes {
