@@ -214,20 +214,7 @@ impl Inode {
     }
 
     fn cached_attr(&self) -> Attr {
-        self.attrs.read(|| Attr {
-            ino: self.ino,
-            kind: self.kind,
-            perm: self.perm.load(Ordering::Relaxed),
-            nlink: self.nlink.load(Ordering::Relaxed),
-            uid: self.uid.load(Ordering::Relaxed),
-            gid: self.gid.load(Ordering::Relaxed),
-            size: self.size.load(Ordering::Relaxed),
-            blocks: self.blocks.load(Ordering::Relaxed),
-            atime: self.atime.load(),
-            mtime: self.mtime.load(),
-            ctime: self.ctime.load(),
-            rdev: self.rdev.load(Ordering::Relaxed),
-        })
+        self.attrs.read(|| self.cached_attr_locked())
     }
 
     /// Replaces the cached attributes with `a` (from the filesystem); does
@@ -276,7 +263,9 @@ impl Inode {
         (r, a)
     }
 
-    /// The attributes, read while holding `attrs`' lock (no writer runs).
+    /// The attributes, read while holding `attrs`' lock (no writer runs),
+    /// or inside `attrs.read` (which retries a torn read).
+    #[inline(always)]
     fn cached_attr_locked(&self) -> Attr {
         Attr {
             ino: self.ino,

@@ -156,7 +156,9 @@ impl VfsBuilder {
         self
     }
 
-    /// Buckets in the dentry hash table (a power of two; 65536 by default).
+    /// Accepted and ignored: there is no global dentry hash any more (each
+    /// directory's children are in an index that grows and shrinks with
+    /// them). Kept so that callers from before still build.
     pub fn hash_buckets(mut self, n: usize) -> Self {
         self.buckets = n;
         self

@@ -32,29 +32,17 @@ pub fn write(path: &Path, workload: &str, rows: &[Row]) -> std::io::Result<()> {
     let x = |t: f64| LEFT + (t - 1.0) / (max_t - 1.0) * (W - LEFT - RIGHT);
     let y = |v: f64| H - BOTTOM - v / max_y * (H - TOP - BOTTOM);
     let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="24" font-size="16" text-anchor="middle">{workload}: ops/s by threads</text>
-<line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="black"/>
-<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="black"/>
-"#,
-        (W - RIGHT + LEFT) / 2.0,
-        H - BOTTOM,
-        W - RIGHT,
-        H - BOTTOM,
-        H - BOTTOM
-    );
+    frame(&mut s, &format!("{workload}: ops/s by threads"));
     for i in 0..=5 {
         let v = max_y * i as f64 / 5.0;
         let _ = writeln!(
             s,
-            r##"<text x="{}" y="{}" text-anchor="end">{:.1}M</text><line x1="{LEFT}" y1="{1}" x2="{}" y2="{1}" stroke="#ddd"/>"##,
+            r##"<text x="{}" y="{}" text-anchor="end">{:.1}M</text><line x1="{LEFT}" y1="{gy}" x2="{}" y2="{gy}" stroke="#ddd"/>"##,
             LEFT - 6.0,
             y(v) + 4.0,
             v / 1e6,
-            W - RIGHT
+            W - RIGHT,
+            gy = y(v)
         );
     }
     let mut ts: Vec<usize> = rows.iter().map(|r| r.threads).collect();
@@ -66,24 +54,11 @@ pub fn write(path: &Path, workload: &str, rows: &[Row]) -> std::io::Result<()> {
     let _ =
         writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">threads</text>"#, (W - RIGHT + LEFT) / 2.0, H - 10.0);
     for (i, m) in modes.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
         let mut pts: Vec<(usize, f64)> =
             rows.iter().filter(|r| r.mode == *m).map(|r| (r.threads, r.ops_per_sec)).collect();
         pts.sort_by_key(|p| p.0);
-        let line: Vec<String> = pts.iter().map(|&(t, v)| format!("{:.1},{:.1}", x(t as f64), y(v))).collect();
-        let _ = writeln!(s, r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#, line.join(" "));
-        for &(t, v) in &pts {
-            let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#, x(t as f64), y(v));
-        }
-        let ly = TOP + 16.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{m}</text>"#,
-            W - RIGHT + 15.0,
-            W - RIGHT + 35.0,
-            W - RIGHT + 40.0,
-            ly + 4.0
-        );
+        let px: Vec<(f64, f64)> = pts.iter().map(|&(t, v)| (x(t as f64), y(v))).collect();
+        series(&mut s, i, m, &px, false);
     }
     s.push_str("</svg>\n");
     std::fs::write(path, s)
@@ -92,7 +67,7 @@ pub fn write(path: &Path, workload: &str, rows: &[Row]) -> std::io::Result<()> {
 /// The `files` sweep: ns per file against N, both axes logarithmic, one
 /// line per mode and phase.
 pub fn write_files(path: &Path, rows: &[super::files::FilesRow]) -> std::io::Result<()> {
-    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     let mut modes: Vec<&str> = Vec::new();
     for r in rows {
         if !modes.contains(&r.mode.as_str()) {
@@ -104,10 +79,10 @@ pub fn write_files(path: &Path, rows: &[super::files::FilesRow]) -> std::io::Res
     for m in &modes {
         for (name, f) in phases {
             let pts = rows.iter().filter(|r| r.mode == *m).map(|r| (r.files as f64, f(r).max(1.0))).collect();
-            series.push((format!("{m} {name}"), pts));
+            lines.push((format!("{m} {name}"), pts));
         }
     }
-    let all = series.iter().flat_map(|s| s.1.iter());
+    let all = lines.iter().flat_map(|s| s.1.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in all {
         x0 = x0.min(x.log10());
@@ -123,11 +98,38 @@ pub fn write_files(path: &Path, rows: &[super::files::FilesRow]) -> std::io::Res
     let x = |v: f64| LEFT + (v.log10() - x0) / (x1 - x0) * (W - LEFT - RIGHT);
     let y = |v: f64| H - BOTTOM - (v.log10() - y0) / (y1 - y0) * (H - TOP - BOTTOM);
     let mut s = String::new();
+    frame(&mut s, "files: ns per file by number of files (log-log)");
+    for e in y0 as i32..=y1 as i32 {
+        let v = 10f64.powi(e);
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" text-anchor="end">{v}</text><line x1="{LEFT}" y1="{gy}" x2="{}" y2="{gy}" stroke="#ddd"/>"##,
+            LEFT - 6.0,
+            y(v) + 4.0,
+            W - RIGHT,
+            gy = y(v)
+        );
+    }
+    for e in x0 as i32..=x1 as i32 {
+        let v = 10f64.powi(e);
+        let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{v}</text>"#, x(v), H - BOTTOM + 18.0);
+    }
+    let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">files</text>"#, (W - RIGHT + LEFT) / 2.0, H - 10.0);
+    for (i, (name, pts)) in lines.iter().enumerate() {
+        let px: Vec<(f64, f64)> = pts.iter().map(|&(a, b)| (x(a), y(b))).collect();
+        series(&mut s, i, name, &px, name.starts_with("host"));
+    }
+    s.push_str("</svg>\n");
+    std::fs::write(path, s)
+}
+
+/// Opens the SVG: background, title and axes.
+fn frame(s: &mut String, title: &str) {
     let _ = write!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="24" font-size="16" text-anchor="middle">files: ns per file by number of files (log-log)</text>
+<text x="{}" y="24" font-size="16" text-anchor="middle">{title}</text>
 <line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="black"/>
 <line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="black"/>
 "#,
@@ -137,43 +139,25 @@ pub fn write_files(path: &Path, rows: &[super::files::FilesRow]) -> std::io::Res
         H - BOTTOM,
         H - BOTTOM
     );
-    for e in y0 as i32..=y1 as i32 {
-        let v = 10f64.powi(e);
-        let _ = writeln!(
-            s,
-            r##"<text x="{}" y="{}" text-anchor="end">{v}</text><line x1="{LEFT}" y1="{1}" x2="{}" y2="{1}" stroke="#ddd"/>"##,
-            LEFT - 6.0,
-            y(v) + 4.0,
-            W - RIGHT
-        );
+}
+
+/// Draws series number `i` (points already in pixels) and its legend entry.
+fn series(s: &mut String, i: usize, name: &str, pts: &[(f64, f64)], dashed: bool) {
+    let color = COLORS[i % COLORS.len()];
+    let dash = if dashed { r#" stroke-dasharray="5,3""# } else { "" };
+    let line: Vec<String> = pts.iter().map(|&(a, b)| format!("{a:.1},{b:.1}")).collect();
+    let _ =
+        writeln!(s, r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#, line.join(" "));
+    for &(a, b) in pts {
+        let _ = writeln!(s, r#"<circle cx="{a:.1}" cy="{b:.1}" r="3" fill="{color}"/>"#);
     }
-    for e in x0 as i32..=x1 as i32 {
-        let v = 10f64.powi(e);
-        let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{v}</text>"#, x(v), H - BOTTOM + 18.0);
-    }
-    let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">files</text>"#, (W - RIGHT + LEFT) / 2.0, H - 10.0);
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let dash = if name.starts_with("host") { r#" stroke-dasharray="5,3""# } else { "" };
-        let line: Vec<String> = pts.iter().map(|&(a, b)| format!("{:.1},{:.1}", x(a), y(b))).collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
-            line.join(" ")
-        );
-        for &(a, b) in pts {
-            let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#, x(a), y(b));
-        }
-        let ly = TOP + 16.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/><text x="{}" y="{}">{name}</text>"#,
-            W - RIGHT + 15.0,
-            W - RIGHT + 35.0,
-            W - RIGHT + 40.0,
-            ly + 4.0
-        );
-    }
-    s.push_str("</svg>\n");
-    std::fs::write(path, s)
+    let ly = TOP + 16.0 * i as f64;
+    let _ = writeln!(
+        s,
+        r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/><text x="{}" y="{}">{name}</text>"#,
+        W - RIGHT + 15.0,
+        W - RIGHT + 35.0,
+        W - RIGHT + 40.0,
+        ly + 4.0
+    );
 }

@@ -974,6 +974,24 @@ impl<T: Indexed> Locked<'_, T> {
                 Err(x) => c = x,
             }
         }
+        match self.claim(home, w) {
+            Some(was_empty) => {
+                if was_empty {
+                    h.counts.fetch_add(USED_ONE, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            None => {
+                h.counts.fetch_sub(LIVE_ONE, Ordering::Relaxed);
+                Err(InsertError::Full)
+            }
+        }
+    }
+
+    /// Stores the entry word `w` in the first free slot (empty or a
+    /// tombstone) from `home` on: whether that slot was empty, or `None`
+    /// if the probe ran off the table's end.
+    fn claim(&self, home: usize, w: usize) -> Option<bool> {
         let slots = self.table.slots();
         let mut i = home;
         while i < slots.len() {
@@ -988,17 +1006,13 @@ impl<T: Indexed> Locked<'_, T> {
                 if slots[i].compare_exchange(v, (v & (LOCK | PARKED)) | w, Ordering::Release, Ordering::Relaxed).is_ok()
                 {
                     super::audit::shared_writes(1);
-                    if e == EMPTY {
-                        h.counts.fetch_add(USED_ONE, Ordering::Relaxed);
-                    }
-                    return Ok(());
+                    return Some(e == EMPTY);
                 }
                 continue; // another writer took it, or a lock bit changed
             }
             i += 1;
         }
-        h.counts.fetch_sub(LIVE_ONE, Ordering::Relaxed);
-        Err(InsertError::Full)
+        None
     }
 
     /// `insert` in a sharded table: counts on this thread's shard, and
@@ -1030,29 +1044,12 @@ impl<T: Indexed> Locked<'_, T> {
                 }
             }
         }
-        let slots = self.table.slots();
-        let mut i = home;
-        while i < slots.len() {
-            let v = slots[i].load(Ordering::Relaxed);
-            let e = v & PTR;
-            if e == EMPTY || e == TOMBSTONE {
-                preemption_point();
-                debug_assert!(v & MOVED == 0);
-                // Release: publishes the entry's initialized fields.
-                if slots[i].compare_exchange(v, (v & (LOCK | PARKED)) | w, Ordering::Release, Ordering::Relaxed).is_ok()
-                {
-                    super::audit::shared_writes(1);
-                    mine.live.fetch_add(1, O::Relaxed);
-                    if e == EMPTY {
-                        mine.used.fetch_add(1, O::Relaxed);
-                    }
-                    return Ok(());
-                }
-                continue;
-            }
-            i += 1;
+        let was_empty = self.claim(home, w).ok_or(InsertError::Full)?;
+        mine.live.fetch_add(1, O::Relaxed);
+        if was_empty {
+            mine.used.fetch_add(1, O::Relaxed);
         }
-        Err(InsertError::Full)
+        Ok(())
     }
 
     /// The slot holding `p` under the key `hash`: the pointer and the tag
