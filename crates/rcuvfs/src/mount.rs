@@ -290,6 +290,24 @@ impl Dcache {
         }
     }
 
+    /// [`mnt_get_rcu`](Self::mnt_get_rcu) for a walker that will act on
+    /// what it pins (an update, an open, a handle): after counting itself,
+    /// it checks that the namespace did not change since `ms`, its walk's
+    /// sequence read, so that a plain umount that did not see its reference
+    /// (`do_umount`) cannot have succeeded. `None`: fall back.
+    pub fn mnt_get_rcu_checked<'a>(&'a self, m: &'a Mount, ms: u32) -> Option<MntRef<'a>> {
+        match self.mnt_get_rcu(m)? {
+            None => Some(self.mntget(m)), // the root mount: pinned, no store
+            Some(r) => {
+                crate::sync::atomic::fence(Ordering::SeqCst);
+                if self.ns.seq.read_retry(ms) {
+                    return None; // dropping `r` puts it back
+                }
+                Some(r)
+            }
+        }
+    }
+
     /// A reference to the root mount.
     pub fn root_mnt(&self) -> MntRef<'_> {
         self.mntget(self.ns.root())
@@ -448,13 +466,21 @@ impl Dcache {
         if m.parent().is_none() {
             return fail(EINVAL); // already detached
         }
-        // Attached (1) and the caller's walk (1): nothing else.
-        // A count read under the lock. New references come from walks that
-        // take the lock (`follow_mount_ref`), from holders of one, and from
-        // rcuwalk stats (`mnt_get_rcu`), which may pin it just after this
-        // check: the stat then finishes on the detached mount and its put
-        // frees it.
+        // Attached (1) and the caller's walk (1): nothing else. New
+        // references come from walks that take the lock
+        // (`follow_mount_ref`), from holders of one, and from RCU walks
+        // that pin what they found (`mnt_get_rcu_checked`): those count
+        // first, then re-read the namespace's sequence count. We bump the
+        // count first, then read the references, each side with a SeqCst
+        // fence between (as Linux's `legitimize_mnt` against umount): either
+        // we see the walker's reference (EBUSY), or it sees our write and
+        // lets go. (An rcuwalk stat pins with `mnt_get_rcu` unchecked: it
+        // may finish on the detached mount, reading only, and its put then
+        // frees it.)
+        self.ns.seq.write_begin();
+        crate::sync::atomic::fence(Ordering::SeqCst);
         if !lazy && m.refs.load(Ordering::Acquire) != 2 {
+            self.ns.seq.write_end();
             return fail(EBUSY);
         }
         // Detach the tree, children first.
@@ -466,7 +492,6 @@ impl Dcache {
             }
             i += 1;
         }
-        self.ns.seq.write_begin();
         let mut puts = Vec::with_capacity(order.len());
         for &x in order.iter().rev() {
             // SAFETY: attached mounts, under the lock.

@@ -332,6 +332,7 @@ impl Dcache {
         follow: bool,
     ) -> Rcu<(RefWalk<'a>, DRef<'a>)> {
         let guard = self.rcu.read_lock();
+        let ms = self.ns.seq.read_begin()?;
         let sseq = start.seq.read_begin()?;
         let mut w = Walk::new(cred);
         let (m, d, seq) = match self.walk_rcu(&guard, &mut w, mnt, start, sseq, path, follow)? {
@@ -339,11 +340,8 @@ impl Dcache {
             Err(e) => return Some(Err(e)),
         };
         // The mount first: a dentry reference must not outlive its
-        // filesystem's last mount.
-        let mref = match self.mnt_get_rcu(m)? {
-            Some(r) => r,
-            None => self.mntget(m), // the root mount: pinned, no store
-        };
+        // filesystem's last mount; and no umount may succeed under us.
+        let mref = self.mnt_get_rcu_checked(m, ms)?;
         if !d.lockref().get_not_dead() {
             return None;
         }

@@ -403,3 +403,59 @@ fn lookups_racing_mount_and_umount_never_answer_wrongly() {
         assert_eq!((live.dentries(), live.inodes(), live.mounts()), (0, 0, 0), "{mode:?}: leaks");
     }
 }
+
+/// A plain umount never succeeds while a file opened on the mount is held:
+/// an open whose RCU-walk found the mount before the umount's check and
+/// pinned it after must see the umount and fall back (it then finds the
+/// mountpoint's own, empty directory). Checked with a logical clock: an
+/// open that returned before an umount returned, and was still held after,
+/// is a wrong answer.
+#[test]
+fn an_umount_never_succeeds_under_a_held_open() {
+    let v = Vfs::new();
+    v.create_dir("/mnt").unwrap();
+    let clock = Arc::new(AtomicU64::new(1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let openers: Vec<_> = (0..3)
+        .map(|_| {
+            let (v, clock, stop) = (v.clone(), clock.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(f) = v.open("/mnt/f", OpenOptions::new().read(true)) {
+                        let t1 = clock.fetch_add(1, Ordering::SeqCst);
+                        for _ in 0..200 {
+                            std::hint::spin_loop();
+                        }
+                        let t2 = clock.fetch_add(1, Ordering::SeqCst);
+                        drop(f);
+                        held.push((t1, t2));
+                    }
+                }
+                held
+            })
+        })
+        .collect();
+    let mut umounts = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(common::scaled(2000) as u64);
+    while std::time::Instant::now() < deadline {
+        let fs = MemFs::new(MemFsOptions::default());
+        let a = fs.create(fs.root(), b"f", 0o644, Owner { uid: 0, gid: 0 }).unwrap();
+        fs.forget(a.ino, 1);
+        v.mount("/mnt", Arc::new(fs)).unwrap();
+        loop {
+            match v.unmount("/mnt") {
+                Ok(()) => {
+                    umounts.push(clock.fetch_add(1, Ordering::SeqCst));
+                    break;
+                }
+                Err(e) => assert_eq!(errno(&Err::<(), _>(e)), EBUSY),
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let held: Vec<(u64, u64)> = openers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let wrong = held.iter().filter(|&&(t1, t2)| umounts.iter().any(|&tb| t1 < tb && tb < t2)).count();
+    assert!(!held.is_empty() && !umounts.is_empty());
+    assert_eq!(wrong, 0, "{wrong} of {} opens held across a successful umount ({} umounts)", held.len(), umounts.len());
+}
