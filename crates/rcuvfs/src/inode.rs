@@ -310,6 +310,10 @@ impl Inode {
     }
 
     /// An owned inode: counts `n` lookups handed out (memfs).
+    ///
+    /// Relaxed here and in `lookups_sub`: the count is read to decide a
+    /// free only under the references' lock (`release_if_unused`, `iput`),
+    /// which whoever changes it takes afterwards; the lock orders the two.
     pub(crate) fn lookups_add(&self, n: u64) {
         self.nlookup.fetch_add(n, Ordering::Relaxed);
     }
@@ -321,6 +325,10 @@ impl Inode {
     }
 
     /// Sets the superblock of an owned inode (memfs's `bind`).
+    ///
+    /// Relaxed: set before the VFS can reach the inode (the superblock is
+    /// published after `bind`, with a Release), or cleared once it cannot
+    /// (`InodeTable::clear`).
     pub(crate) fn set_owner(&self, sb: *const Super) {
         self.owner.store(sb as *mut Super, Ordering::Relaxed);
     }
@@ -701,11 +709,13 @@ impl InodeTable {
         }
         g.mark_dead();
         drop(g);
+        // Before the free: once retired, the inode may be gone by the time
+        // we would read it (we are in no read section).
         let n = inode.nlookup.load(Ordering::Relaxed);
-        self.free(inode, rcu);
         if n > 0 {
             inode.fs().forget(inode.ino, n);
         }
+        self.free(inode, rcu);
     }
 
     /// Whether an owned inode has nothing left that keeps it: no link and
@@ -719,7 +729,9 @@ impl InodeTable {
     /// lookup and no VFS reference. Its filesystem calls this after
     /// dropping the last of the first two (the last `iput` checks the same
     /// for the third). The decision is taken under the references' lock,
-    /// so exactly one of the racing callers frees it.
+    /// so exactly one of the racing callers frees it. The caller is in a
+    /// read section of the table's RCU domain (another caller may have
+    /// freed the inode already: it is then dead, and retired, not gone).
     pub fn release_if_unused(&self, inode: &Inode, rcu: &Rcu) {
         let mut g = inode.refs.lock();
         if g.count() != 0 || !Self::unused_owned(inode) {
@@ -755,24 +767,17 @@ impl InodeTable {
     /// the VFS held on them are gone (a teardown frees dentries without
     /// `iput`), and those that nothing else keeps are freed.
     pub fn clear(&self, sb: &Super, counters: &LiveCounters, rcu: &Rcu) {
-        let g = rcu.read_lock();
-        let mut left: Vec<*const Inode> = Vec::new();
-        self.for_each(&g, |i| {
-            if !i.is_dead() {
-                left.push(i);
-            }
-        });
-        drop(g);
         if self.owned {
             if let Some(m) = sb.fs.as_memfs() {
                 m.unbind(sb);
             }
-            for p in left {
-                // SAFETY: in the table, so live; our read section ended, but
-                // only `release_if_unused` and `iput` free an owned inode,
-                // and nobody else can reach this table's inodes through the
-                // VFS any more; the filesystem frees through this path too.
-                let i = unsafe { &*p };
+            // One read section over the whole walk: the filesystem, used
+            // through another handle meanwhile, may free any inode that no
+            // reference keeps (an unlink, a forget), and a freed inode is
+            // retired, so it stays readable until the section ends. A dead
+            // one is skipped by both steps below.
+            let g = rcu.read_lock();
+            self.for_each(&g, |i| {
                 i.set_owner(ptr::null());
                 let mut r = i.refs.lock();
                 if r.count() > 0 {
@@ -781,9 +786,17 @@ impl InodeTable {
                 }
                 drop(r);
                 self.release_if_unused(i, rcu);
-            }
+            });
             return;
         }
+        let g = rcu.read_lock();
+        let mut left: Vec<*const Inode> = Vec::new();
+        self.for_each(&g, |i| {
+            if !i.is_dead() {
+                left.push(i);
+            }
+        });
+        drop(g);
         let mut listed = 0;
         self.list.for_each(|_| listed += 1);
         assert_eq!(listed, left.len(), "the superblock list and the inode table disagree");

@@ -75,6 +75,8 @@ pub struct Workload {
 }
 
 const REF_MODES: [&str; 5] = ["global", "dlock", "lockref", "rcuwalk", "norefs"];
+/// The reference axis, then the host kernel.
+const REF_MODES_AND_HOST: [&str; 6] = [REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"];
 
 pub static WORKLOADS: &[Workload] = &[
     Workload {
@@ -105,28 +107,28 @@ pub static WORKLOADS: &[Workload] = &[
         name: "short",
         seed: "000",
         op: "AIM7-like job in a shared directory: create, stat, open, write, close, unlink",
-        modes: &[REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
+        modes: &REF_MODES_AND_HOST,
         build: short,
     },
     Workload {
         name: "create-private",
         seed: "-",
         op: "create (open O_CREAT, close) then unlink of one of 64 names, each thread in its own directory (one op = both)",
-        modes: &[REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
+        modes: &REF_MODES_AND_HOST,
         build: |c, m, t| create_unlink(c, m, t, true),
     },
     Workload {
         name: "create-shared",
         seed: "-",
         op: "create (open O_CREAT, close) then unlink of one of 64 names per thread, all threads in one directory",
-        modes: &[REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
+        modes: &REF_MODES_AND_HOST,
         build: |c, m, t| create_unlink(c, m, t, false),
     },
     Workload {
         name: "rename-storm",
         seed: "003",
         op: "stat of a name that never moves while a thread renames its siblings",
-        modes: &[REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
+        modes: &REF_MODES_AND_HOST,
         build: rename_storm,
     },
     Workload {

@@ -19,8 +19,18 @@ use crate::fs::{Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, S
 use crate::namei::Walk;
 use crate::sync::atomic::loom_model as model;
 
-/// Inodes below 10 are directories, the rest files; nothing else exists.
-struct Stub;
+/// Inodes below 10 are directories, the rest files. A lookup is counted
+/// and finds `answer` (a file) for every name, or nothing.
+struct Stub {
+    answer: Option<Ino>,
+    lookups: loom::sync::atomic::AtomicUsize,
+}
+
+impl Stub {
+    fn new(answer: Option<Ino>) -> Stub {
+        Stub { answer, lookups: loom::sync::atomic::AtomicUsize::new(0) }
+    }
+}
 
 fn attr(ino: Ino) -> Attr {
     Attr {
@@ -44,7 +54,11 @@ impl FileSystem for Stub {
         1
     }
     fn lookup(&self, _: Ino, _: &[u8]) -> Result<Attr> {
-        fail(ENOENT)
+        self.lookups.fetch_add(1, loom::sync::atomic::Ordering::SeqCst);
+        match self.answer {
+            Some(ino) => Ok(attr(ino)),
+            None => fail(ENOENT),
+        }
     }
     fn forget(&self, _: Ino, _: u64) {}
     fn getattr(&self, ino: Ino) -> Result<Attr> {
@@ -95,7 +109,7 @@ impl FileSystem for Stub {
 }
 
 fn cache() -> Arc<Dcache> {
-    cache_over(Arc::new(Stub))
+    cache_over(Arc::new(Stub::new(None)))
 }
 
 fn cache_over(fs: Arc<dyn FileSystem>) -> Arc<Dcache> {
@@ -219,7 +233,7 @@ fn loom_mount_umount_vs_walk() {
     model(|| {
         let dc = cache();
         add(&dc, b"m", 2); // a directory
-        let sb = dc.new_super(Arc::new(Stub)).unwrap() as usize;
+        let sb = dc.new_super(Arc::new(Stub::new(None))).unwrap() as usize;
         let writer = {
             let dc = dc.clone();
             thread::spawn(move || {
@@ -437,72 +451,13 @@ fn loom_dget_parent_vs_rename_and_kill() {
     });
 }
 
-/// memfs-like stub whose every name is a file, counting lookups.
-struct Counting(loom::sync::atomic::AtomicUsize);
-
-impl FileSystem for Counting {
-    fn root(&self) -> Ino {
-        1
-    }
-    fn lookup(&self, _: Ino, _: &[u8]) -> Result<Attr> {
-        self.0.fetch_add(1, loom::sync::atomic::Ordering::SeqCst);
-        Ok(attr(20))
-    }
-    fn forget(&self, _: Ino, _: u64) {}
-    fn getattr(&self, ino: Ino) -> Result<Attr> {
-        Ok(attr(ino))
-    }
-    fn setattr(&self, ino: Ino, _: &SetAttr) -> Result<Attr> {
-        Ok(attr(ino))
-    }
-    fn create(&self, _: Ino, _: &[u8], _: u32, _: Owner) -> Result<Attr> {
-        fail(ENOENT)
-    }
-    fn mkdir(&self, _: Ino, _: &[u8], _: u32, _: Owner) -> Result<Attr> {
-        fail(ENOENT)
-    }
-    fn mknod(&self, _: Ino, _: &[u8], _: FileType, _: u32, _: u64, _: Owner) -> Result<Attr> {
-        fail(ENOENT)
-    }
-    fn symlink(&self, _: Ino, _: &[u8], _: &[u8], _: Owner) -> Result<Attr> {
-        fail(ENOENT)
-    }
-    fn link(&self, _: Ino, _: Ino, _: &[u8]) -> Result<Attr> {
-        fail(ENOENT)
-    }
-    fn unlink(&self, _: Ino, _: &[u8]) -> Result<()> {
-        Ok(())
-    }
-    fn rmdir(&self, _: Ino, _: &[u8]) -> Result<()> {
-        Ok(())
-    }
-    fn rename(&self, _: Ino, _: &[u8], _: Ino, _: &[u8], _: RenameFlags) -> Result<()> {
-        Ok(())
-    }
-    fn readlink(&self, _: Ino) -> Result<Vec<u8>> {
-        fail(ENOENT)
-    }
-    fn readdir(&self, _: Ino, _: u64) -> Result<Vec<DirEntry>> {
-        Ok(Vec::new())
-    }
-    fn read(&self, _: Ino, _: u64, _: &mut [u8]) -> Result<usize> {
-        Ok(0)
-    }
-    fn write(&self, _: Ino, _: WritePos, _: &[u8]) -> Result<u64> {
-        Ok(0)
-    }
-    fn statfs(&self) -> Result<StatFs> {
-        Ok(StatFs::default())
-    }
-}
-
 /// Parallel lookups of one missing name (`d_alloc_parallel`'s purpose):
 /// the name lock hands the first one's answer to the other, so the
 /// filesystem is asked once, and both get the same dentry.
 #[test]
 fn loom_parallel_lookups_make_one_filesystem_call() {
     model(|| {
-        let fs = Arc::new(Counting(loom::sync::atomic::AtomicUsize::new(0)));
+        let fs = Arc::new(Stub::new(Some(20)));
         let dc = cache_over(fs.clone());
         let ts: Vec<_> = (0..2)
             .map(|_| {
@@ -517,7 +472,7 @@ fn loom_parallel_lookups_make_one_filesystem_call() {
         for t in ts {
             assert_eq!(t.join().unwrap(), Some(20));
         }
-        assert_eq!(fs.0.load(loom::sync::atomic::Ordering::SeqCst), 1, "the filesystem was asked twice");
+        assert_eq!(fs.lookups.load(loom::sync::atomic::Ordering::SeqCst), 1, "the filesystem was asked twice");
         check_cache(&dc);
     });
 }

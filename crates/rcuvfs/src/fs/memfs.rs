@@ -133,6 +133,15 @@ impl Indexed for Dirent {
 }
 
 impl Dirent {
+    /// A new entry, not yet shared: the caller inserts or frees it.
+    fn new_raw(hash: u64, inode: &Inode, name: &[u8]) -> *mut Dirent {
+        Box::into_raw(Box::new(Dirent {
+            hash,
+            inode: AtomicPtr::new(inode as *const Inode as *mut Inode),
+            name: name.into(),
+        }))
+    }
+
     fn inode(&self) -> &Inode {
         // SAFETY: an entry's inode has a link (this entry) while the entry
         // is in its directory, and is freed only through RCU after its last
@@ -297,8 +306,10 @@ impl MemFs {
             return false;
         }
         // Every inode made before learns its superblock. One made meanwhile
-        // either is seen here or sees `bound` itself (`alloc`: insert, then
-        // load; here: store, then walk; both SeqCst).
+        // either is seen here or sees `bound` itself (`alloc`: insert, fence,
+        // load; here: store, fence, walk: a SeqCst fence on each side, since
+        // the slots are not written or read SeqCst).
+        crate::sync::atomic::fence(s);
         let g = rcu.read_lock();
         self.table.for_each(&g, |i| i.set_owner(sb));
         true
@@ -430,7 +441,10 @@ impl MemFs {
         let p = self.table.insert_new(inode, self.rcu());
         // SAFETY: in the table, with a lookup: it stays until paid back.
         let i = unsafe { &*p };
-        // Bound meanwhile? (see `bind`)
+        // Bound meanwhile? (see `bind`: the fence orders our insert, a
+        // Release CAS on a slot, before this load, against bind's store and
+        // walk)
+        crate::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let now_sb = self.bound.load(std::sync::atomic::Ordering::SeqCst);
         if now_sb != sb {
             i.set_owner(now_sb);
@@ -457,17 +471,23 @@ impl MemFs {
         }
     }
 
-    /// Adds `d` to `dir` under `key`, unless the name is there (EEXIST) or
-    /// the directory was removed (ENOENT). On failure `d` is not shared.
-    fn insert_entry(&self, dir: &Inode, d: *const Dirent, key: u64) -> Result<()> {
+    /// Adds an entry `name` -> `inode` to `dir` (`key` is the name's),
+    /// unless the name is there (EEXIST) or the directory was removed
+    /// (ENOENT); on failure nothing was shared.
+    fn insert_entry(&self, dir: &Inode, key: u64, inode: &Inode, name: &[u8]) -> Result<()> {
         let rcu = self.rcu();
         let g = rcu.read_lock();
-        // SAFETY: ours until inserted.
-        let name = unsafe { &(*d).name };
+        let d = Dirent::new_raw(key, inode, name);
+        let fail_with = |errno| {
+            // SAFETY: never shared.
+            drop(unsafe { Box::from_raw(d) });
+            fail(errno)
+        };
         loop {
             let mut l = dir.entries.lock(key, rcu);
             if Self::find_locked(&g, &l, name, key).is_some() {
-                return fail(EEXIST);
+                drop(l);
+                return fail_with(EEXIST);
             }
             match l.insert(d, key) {
                 Ok(()) => return Ok(()),
@@ -475,7 +495,10 @@ impl MemFs {
                     drop(l);
                     dir.entries.grow(rcu);
                 }
-                Err(InsertError::Closed) => return fail(ENOENT),
+                Err(InsertError::Closed) => {
+                    drop(l);
+                    return fail_with(ENOENT);
+                }
             }
         }
     }
@@ -491,14 +514,7 @@ impl MemFs {
             return fail(EEXIST);
         }
         let inode = make()?;
-        let d = Box::into_raw(Box::new(Dirent {
-            hash: key,
-            inode: AtomicPtr::new(inode as *const Inode as *mut Inode),
-            name: name.into(),
-        }));
-        if let Err(e) = self.insert_entry(dir, d, key) {
-            // SAFETY: never shared.
-            drop(unsafe { Box::from_raw(d) });
+        if let Err(e) = self.insert_entry(dir, key, inode, name) {
             self.unalloc(inode);
             return Err(e);
         }
@@ -737,11 +753,7 @@ impl MemFs {
             dst.inode.store(moved as *const Inode as *mut Inode, Ordering::Release);
             victim = Some(v);
         } else {
-            let d = Box::into_raw(Box::new(Dirent {
-                hash: k2,
-                inode: AtomicPtr::new(moved as *const Inode as *mut Inode),
-                name: new_name.into(),
-            }));
+            let d = Dirent::new_raw(k2, moved, new_name);
             let l = l2.as_mut().unwrap_or(&mut l1);
             match l.insert(d, k2) {
                 Ok(()) => {}
@@ -900,14 +912,7 @@ impl FileSystem for MemFs {
             return fail(ENOENT);
         }
         i.lookups_add(1);
-        let d = Box::into_raw(Box::new(Dirent {
-            hash: key,
-            inode: AtomicPtr::new(i as *const Inode as *mut Inode),
-            name: name.into(),
-        }));
-        if let Err(e) = self.insert_entry(dir, d, key) {
-            // SAFETY: never shared.
-            drop(unsafe { Box::from_raw(d) });
+        if let Err(e) = self.insert_entry(dir, key, i, name) {
             i.lookups_sub(1);
             self.drop_link(i, t);
             return Err(e);
