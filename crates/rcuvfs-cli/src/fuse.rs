@@ -675,14 +675,13 @@ impl fuser::Filesystem for Server {
                     return Ok(());
                 }
             }
-            for d in v.read_dir_at(&e, offset.saturating_sub(2)).map_err(errno)? {
-                let name = OsStr::from_bytes(&d.name);
-                let Ok(child) = v.lookup_at(&e, name) else { continue }; // removed meanwhile
-                let a = self.attr(&child.metadata().map_err(errno)?);
-                if reply.add(a.ino, d.offset + 2, name, &self.ttl, &a, Generation(0)) {
+            for d in v.read_dir_plus(&e, offset.saturating_sub(2)).map_err(errno)? {
+                let a = self.attr(&d.metadata);
+                let name = OsStr::from_bytes(&d.entry.name);
+                if reply.add(a.ino, d.entry.offset + 2, name, &self.ttl, &a, Generation(0)) {
                     break; // not sent: not counted
                 }
-                self.remember(child)?;
+                self.remember(d.child)?;
             }
             Ok(())
         })();

@@ -44,7 +44,7 @@ pub use {
     fs::{FileSystem, FileType, RenameFlags, SetAttr, SetTime},
     modes::{Layout, RefMode},
     sync::list_batch::ListMode,
-    vfs::{DirEntry, Entry, Metadata, Permissions, ReadDir, Stats, Vfs, VfsBuilder},
+    vfs::{DirEntry, DirEntryPlus, Entry, Metadata, Permissions, ReadDir, Stats, TreeWalk, Vfs, VfsBuilder, WalkEntry},
 };
 
 /// The README's examples, compiled and run as doctests.

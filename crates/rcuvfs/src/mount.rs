@@ -142,6 +142,9 @@ struct NsState {
 pub(crate) struct Namespace {
     lock: Mutex<NsState>,
     pub seq: SeqCount,
+    /// Dentries with something mounted on them (`NsState::mountpoints`'
+    /// size, kept under the lock): while 0, no name is a mountpoint.
+    mountpoints: AtomicUsize,
     buckets: Box<[AtomicPtr<Mount>]>,
     root: AtomicPtr<Mount>,
 }
@@ -153,10 +156,18 @@ fn mount_hash(parent: *const Mount, d: *const Dentry) -> usize {
 }
 
 impl Namespace {
+    /// Is anything mounted anywhere? (One load; exact for a caller that
+    /// mounted or unmounted itself, a hint for racing ones.)
+    pub fn any_mountpoint(&self) -> bool {
+        // Acquire: pairs with the Release under the lock.
+        self.mountpoints.load(Ordering::Acquire) != 0
+    }
+
     pub fn new() -> Namespace {
         Namespace {
             lock: Mutex::new(NsState { mountpoints: HashMap::new(), children: HashMap::new() }),
             seq: SeqCount::new(),
+            mountpoints: AtomicUsize::new(0),
             buckets: (0..BUCKETS).map(|_| AtomicPtr::new(ptr::null_mut())).collect(),
             root: AtomicPtr::new(ptr::null_mut()),
         }
@@ -404,6 +415,7 @@ impl Dcache {
             // Relaxed: inside the `seq` write section, which orders it for
             // walkers (they validate `seq`).
             mp.flags.fetch_or(MOUNTED, Ordering::Relaxed);
+            self.ns.mountpoints.store(st.mountpoints.len(), Ordering::Release);
         }
         st.children.entry(parent as *const Mount as usize).or_default().push(m as usize);
         m
@@ -507,6 +519,7 @@ impl Dcache {
             if *n == 0 {
                 st.mountpoints.remove(&(mp as *const Dentry as usize));
                 mp.flags.fetch_and(!MOUNTED, Ordering::Relaxed);
+                self.ns.mountpoints.store(st.mountpoints.len(), Ordering::Release);
             }
             if let Some(v) = st.children.get_mut(&(p as *const Mount as usize)) {
                 v.retain(|&k| k != x as *const Mount as usize);

@@ -44,6 +44,9 @@ use crate::namei::{check_name, check_path, Last, Parent, RefWalk, Walk};
 use crate::sync::list_batch::ListMode;
 use crate::sync::{Mutex, MutexGuard};
 
+mod dir;
+pub use dir::{DirEntry, DirEntryPlus, ReadDir, TreeWalk, WalkEntry};
+
 pub(crate) struct Shared {
     pub dc: Dcache,
     pub mode: RefMode,
@@ -355,44 +358,6 @@ impl Metadata {
     }
     pub fn attr(&self) -> &Attr {
         &self.0
-    }
-}
-
-/// One entry of a directory listing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirEntry {
-    /// The listed directory's path, shared by the listing's entries.
-    dir: Arc<Path>,
-    name: Vec<u8>,
-    ino: Ino,
-    kind: FileType,
-}
-
-impl DirEntry {
-    pub fn file_name(&self) -> OsString {
-        OsString::from_vec(self.name.clone())
-    }
-    pub fn name_bytes(&self) -> &[u8] {
-        &self.name
-    }
-    pub fn path(&self) -> PathBuf {
-        self.dir.join(OsStr::from_bytes(&self.name))
-    }
-    pub fn file_type(&self) -> Result<FileType> {
-        Ok(self.kind)
-    }
-    pub fn ino(&self) -> Ino {
-        self.ino
-    }
-}
-
-/// The iterator `read_dir` returns (the listing is read whole at the call).
-pub struct ReadDir(std::vec::IntoIter<DirEntry>);
-
-impl Iterator for ReadDir {
-    type Item = Result<DirEntry>;
-    fn next(&mut self) -> Option<Result<DirEntry>> {
-        self.0.next().map(Ok)
     }
 }
 
@@ -1254,9 +1219,10 @@ impl Vfs {
     }
 
     fn remove_tree_at(&self, dir: &Entry) -> Result<()> {
-        for e in self.read_dir_at_all(dir)? {
-            let name = OsStr::from_bytes(&e.name);
-            if e.kind == FileType::Dir {
+        for e in self.read_dir_of(dir)? {
+            let e = e?;
+            let name = OsStr::from_bytes(e.name_bytes());
+            if e.file_type()? == FileType::Dir {
                 let sub = self.lookup_at(dir, name)?;
                 self.remove_tree_at(&sub)?;
                 drop(sub);
@@ -1543,50 +1509,44 @@ impl Vfs {
         Ok(PathBuf::from(OsString::from_vec(t)))
     }
 
-    /// Lists a directory (without "." and ".."), in the filesystem's order.
-    pub fn read_dir(&self, path: impl AsRef<Path>) -> Result<ReadDir> {
-        let path = path.as_ref();
-        let dir = self.entry(path)?;
-        let entries = self.read_dir_at_all(&dir)?;
-        let dir_path: Arc<Path> = Arc::from(path);
-        Ok(ReadDir(
-            entries
-                .into_iter()
-                .map(|e| DirEntry { dir: dir_path.clone(), name: e.name, ino: e.ino, kind: e.kind })
-                .collect::<Vec<_>>()
-                .into_iter(),
-        ))
-    }
-
     /// Lists directory `dir` from cookie `offset` (FUSE's readdir).
     pub fn read_dir_at(&self, dir: &Entry, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
         dir.check_same_vfs(&self.shared)?;
-        let _g = self.shared.global();
-        self.readdir_checked(dir.inode(), offset)
+        self.check_listable(dir.inode())?;
+        self.readdir_batch(dir.inode(), offset)
     }
 
-    fn readdir_checked(&self, inode: &Inode, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
+    /// May this view list `inode` (`opendir`'s checks)?
+    fn check_listable(&self, inode: &Inode) -> Result<()> {
         if inode.kind != FileType::Dir {
             return fail(ENOTDIR);
         }
         if !self.cred.may(&inode.attr(), MAY_READ) {
             return fail(EACCES);
         }
-        let out = inode.fs().readdir(inode.ino, offset)?;
+        Ok(())
+    }
+
+    /// [`readdir_batch`](Self::readdir_batch) with the attributes the
+    /// filesystem lists, kept only where this view may look the names up
+    /// (search permission on the directory, as `fstatat` needs).
+    fn readdir_batch_plus(&self, inode: &Inode, offset: u64) -> Result<Vec<(crate::fs::DirEntry, Option<Attr>)>> {
+        let _g = self.shared.global();
+        let mut out = inode.fs().readdir_plus(inode.ino, offset)?;
         touch_atime(&self.shared, inode);
+        if out.iter().any(|(_, a)| a.is_some()) && !self.cred.may(&inode.attr(), MAY_EXEC) {
+            out.iter_mut().for_each(|(_, a)| *a = None);
+        }
         Ok(out)
     }
 
-    fn read_dir_at_all(&self, dir: &Entry) -> Result<Vec<crate::fs::DirEntry>> {
-        let mut all = Vec::new();
-        let mut off = 0;
-        loop {
-            let batch = self.read_dir_at(dir, off)?;
-            let Some(last) = batch.last() else { break };
-            off = last.offset;
-            all.extend(batch);
-        }
-        Ok(all)
+    /// The entries after `offset` of a directory already checked
+    /// (`getdents`): they also update its atime.
+    fn readdir_batch(&self, inode: &Inode, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
+        let _g = self.shared.global();
+        let out = inode.fs().readdir(inode.ino, offset)?;
+        touch_atime(&self.shared, inode);
+        Ok(out)
     }
 
     // ---- files ----

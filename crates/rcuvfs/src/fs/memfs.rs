@@ -25,7 +25,7 @@
 //! (`sync::index`): a lookup takes no lock and stores nothing; a create,
 //! unlink or rename takes only the index's home locks of the names it
 //! changes, so updates of different names run in parallel, even in one
-//! directory. readdir's cookie is the name's hash: a listing resumes after
+//! directory. readdir's cookie is the name's hash (less its low bit): a listing resumes after
 //! the last hash it returned and sees each entry present throughout once,
 //! whatever resizes happen meanwhile. A directory's size is its entry
 //! count, read from its index.
@@ -63,7 +63,7 @@ use super::{
 use crate::error::{err, fail, Result, EEXIST, EINVAL, EISDIR, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
 use crate::filemap::{Accounting, CacheMode, PageCache, PAGE};
 use crate::inode::{Inode, InodeTable, Super};
-use crate::sync::atomic::{AtomicPtr, Ordering};
+use crate::sync::atomic::{prefetch, AtomicPtr, Ordering};
 use crate::sync::index::{Index, Indexed, InsertError, Locked, Probe};
 use crate::sync::list_batch::ListMode;
 use crate::sync::shard::{Counter, Padded, SHARDS};
@@ -150,9 +150,23 @@ impl Dirent {
     }
 }
 
-/// The key of a name in a directory: never 0 (readdir's first cookie).
+/// The key of a name in a directory: odd, and at least 3, so that
+/// `key >> 1`, readdir's cookie, is never 0 (the first cookie) and below
+/// 2^63 - 4: a cookie must fit an `off_t` (`seekdir` through a mount takes
+/// an `lseek`), with room for FUSE's "." and "..".
 fn name_key(name: &[u8]) -> u64 {
-    crate::dcache::name_hash(ptr::null(), name) | 1
+    (crate::dcache::name_hash(ptr::null(), name) | 1).clamp(3, u64::MAX - 8)
+}
+
+/// readdir's cookie of a key (losing only the low bit, always set).
+fn cookie_of(key: u64) -> u64 {
+    key >> 1
+}
+
+/// The key after which a listing resumes from `cookie` (`None`: past every
+/// key).
+fn key_after(cookie: u64) -> Option<u64> {
+    cookie.checked_mul(2).map(|k| k | 1)
 }
 
 /// What memfs counts, shared with its inode table's free hook.
@@ -529,6 +543,46 @@ impl MemFs {
             dir.touch(t, true);
         }
         Ok(inode.attr_with(&g))
+    }
+
+    /// One batch of a listing of directory `ino` after cookie `offset`,
+    /// made by `f` from each entry and its inode, in the read section the
+    /// directory's index was scanned in. Misses overlap: the scan prefetches
+    /// the entries, then this their names and inodes, before reading any.
+    fn list<R>(
+        &self,
+        ino: Ino,
+        offset: u64,
+        mut f: impl FnMut(DirEntry, &Inode, &RcuGuard<'_>) -> R,
+    ) -> Result<Vec<R>> {
+        /// Entries ahead of the one made whose name and inode are prefetched.
+        const AHEAD: usize = 12;
+        let g = self.rcu().read_lock();
+        let dir = self.dir(&g, ino)?;
+        let mut found = Vec::new();
+        if let Some(after) = key_after(offset) {
+            dir.entries.scan_after(&g, after, READDIR_BATCH, &mut found);
+        }
+        let mut out = Vec::with_capacity(found.len());
+        for (j, &(h, e)) in found.iter().enumerate() {
+            if let Some(&(_, a)) = found.get(j + AHEAD) {
+                let i = a.inode.load(Ordering::Relaxed) as *const u8;
+                prefetch(a.name.as_ptr());
+                // The attributes, the kind and the data's cell are spread
+                // over the inode's lines.
+                for line in 0..std::mem::size_of::<Inode>().div_ceil(64) {
+                    prefetch(i.wrapping_add(line * 64));
+                }
+            }
+            let i = e.inode();
+            let entry = DirEntry { ino: i.ino, name: e.name.to_vec(), kind: i.kind, offset: cookie_of(h) };
+            out.push(f(entry, i, &g));
+        }
+        let t = now();
+        if self.atime_due(dir, &g, t) {
+            dir.touch_atime(t);
+        }
+        Ok(out)
     }
 
     fn not_a_file(i: &Inode) -> std::io::Error {
@@ -942,22 +996,11 @@ impl FileSystem for MemFs {
     }
 
     fn readdir(&self, ino: Ino, offset: u64) -> Result<Vec<DirEntry>> {
-        let g = self.rcu().read_lock();
-        let dir = self.dir(&g, ino)?;
-        let mut found = Vec::new();
-        dir.entries.scan_after(&g, offset, READDIR_BATCH, &mut found);
-        let out = found
-            .into_iter()
-            .map(|(h, e)| {
-                let i = e.inode();
-                DirEntry { ino: i.ino, name: e.name.to_vec(), kind: i.kind, offset: h }
-            })
-            .collect();
-        let t = now();
-        if self.atime_due(dir, &g, t) {
-            dir.touch_atime(t);
-        }
-        Ok(out)
+        self.list(ino, offset, |e, _, _| e)
+    }
+
+    fn readdir_plus(&self, ino: Ino, offset: u64) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        self.list(ino, offset, |e, i, g| (e, Some(i.attr_with(g))))
     }
 
     fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {

@@ -245,6 +245,14 @@ pub trait FileSystem: Send + Sync + 'static {
     /// "." and "..". An entry present for the whole listing is returned once.
     fn readdir(&self, ino: Ino, offset: u64) -> Result<Vec<DirEntry>>;
 
+    /// [`readdir`](Self::readdir) with the attributes of each entry where
+    /// the filesystem has them at hand while it lists (as FUSE's and NFS's
+    /// readdirplus): `None` where it has not. A listing then needs no
+    /// lookup per entry for its attributes. The default has none.
+    fn readdir_plus(&self, ino: Ino, offset: u64) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        Ok(self.readdir(ino, offset)?.into_iter().map(|e| (e, None)).collect())
+    }
+
     /// Reads at `offset`; returns 0 at or past the end.
     fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize>;
     /// Writes `data`; returns the offset it was written at.

@@ -155,3 +155,18 @@ pub fn loom_model(f: impl Fn() + Sync + Send + 'static) {
     }
     b.check(f);
 }
+
+/// Asks the CPU to start loading the cache line at `p` (a hint: it never
+/// faults, whatever `p` is, and changes nothing a program can see). A
+/// listing issues it for the entries ahead of the one it reads, so that
+/// their cache misses overlap instead of queueing one after another.
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    // SAFETY: a prefetch reads nothing and may be given any address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+    let _ = p;
+}
