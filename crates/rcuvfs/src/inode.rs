@@ -552,7 +552,7 @@ impl InodeTable {
         loop {
             // The home lock is released at the end of this statement, before
             // a grow (which would wait for it).
-            let r = self.part(i.ino).lock(hash, rcu).insert(i, hash);
+            let r = self.part(i.ino).lock(hash, rcu).insert(p, hash);
             match r {
                 Ok(()) => break,
                 Err(InsertError::Full) => self.part(i.ino).grow(rcu),
@@ -622,7 +622,9 @@ impl InodeTable {
                 drop(unsafe { Box::from_raw(p as *mut Inode) });
                 continue;
             }
-            match l.insert(i, hash) {
+            // The pointer from `Box::into_raw`, not one made from `i`: the
+            // index's copy is the one the inode is freed by.
+            match l.insert(p, hash) {
                 Ok(()) => {}
                 Err(InsertError::Full) => {
                     drop(l);
@@ -746,8 +748,8 @@ impl InodeTable {
     fn free(&self, inode: &Inode, rcu: &Rcu) {
         let hash = ino_hash(inode.ino);
         let part = self.part(inode.ino);
-        let removed = part.lock(hash, rcu).remove(inode, hash);
-        debug_assert!(removed, "an inode being freed is in its table");
+        let owned = part.lock(hash, rcu).take(inode, hash);
+        debug_assert!(owned.is_some(), "an inode being freed is in its table");
         part.shrink_if_sparse(rcu);
         // SAFETY: added when the inode was made; only this, its end,
         // deletes it.
@@ -757,7 +759,7 @@ impl InodeTable {
         }
         // SAFETY: out of the table and off the list, with no reference: only
         // RCU readers that loaded it earlier can see it; they are waited out.
-        unsafe { rcu.retire_box(inode as *const Inode as *mut Inode) };
+        unsafe { rcu.retire_box(owned.unwrap_or(inode as *const Inode as *mut Inode)) };
     }
 
     /// Teardown of the superblock: evicts every copy left (nothing can
@@ -820,7 +822,9 @@ impl InodeTable {
     pub unsafe fn drop_owned(&self, rcu: &Rcu, mut f: impl FnMut(&Inode)) {
         let g = rcu.read_lock();
         let mut all: Vec<*const Inode> = Vec::new();
-        self.for_each(&g, |i| all.push(i));
+        for p in self.parts.iter() {
+            p.for_each_raw(&g, |i| all.push(i));
+        }
         drop(g);
         for p in self.parts.iter() {
             // SAFETY: the caller's contract.

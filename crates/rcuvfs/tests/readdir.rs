@@ -69,10 +69,10 @@ fn entries_present_for_a_whole_listing_are_listed_exactly_once_under_churn() {
             s.spawn(|| {
                 let mut round = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    for i in 0..2000 {
+                    for i in 0..scaled(2000) {
                         v.write(format!("/d/c{round}-{i}"), b"").unwrap();
                     }
-                    for i in 0..2000 {
+                    for i in 0..scaled(2000) {
                         v.remove_file(format!("/d/c{round}-{i}")).unwrap();
                     }
                     round += 1;

@@ -241,3 +241,121 @@ pub fn parse_sizes(s: &str) -> std::io::Result<Vec<usize>> {
         })
         .collect()
 }
+
+// ------------------------------------------------------------------ big-dir
+
+/// `big-dir`: is a listing linear in the directory's size? One thread
+/// creates N empty files in one directory, then lists it whole, first the
+/// names alone (`readdir`), then each entry with its attributes (`readdir`
+/// and `DirEntry::metadata`, which is `fstatat` on the directory's
+/// descriptor for the `host` peer).
+#[derive(Serialize, Clone)]
+pub struct BigDirRow {
+    pub mode: String,
+    pub files: usize,
+    /// ns per entry of a whole listing, names only.
+    pub list_ns: f64,
+    /// ns per entry of a whole listing with each entry's attributes.
+    pub list_stat_ns: f64,
+}
+
+fn list_vfs(mode: &str, n: usize) -> std::io::Result<BigDirRow> {
+    let c = super::workloads::vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
+    let v = Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache).build()?;
+    v.create_dir("/big")?;
+    let mut p = String::new();
+    for i in 0..n {
+        use std::fmt::Write;
+        p.clear();
+        let _ = write!(p, "/big/f{i}");
+        v.write(&p, b"")?;
+    }
+    let t = Instant::now();
+    let mut seen = 0;
+    for e in v.read_dir("/big")? {
+        std::hint::black_box(e?);
+        seen += 1;
+    }
+    let list_ns = per_file(t, n);
+    let t = Instant::now();
+    for e in v.read_dir("/big")? {
+        std::hint::black_box(e?.metadata()?);
+        seen += 1;
+    }
+    let list_stat_ns = per_file(t, n);
+    if seen != 2 * n {
+        return Err(std::io::Error::other(format!("big-dir: listed {seen} entries of 2 x {n}")));
+    }
+    Ok(BigDirRow { mode: mode.into(), files: n, list_ns, list_stat_ns })
+}
+
+fn list_host(n: usize, host_dir: &Path) -> std::io::Result<BigDirRow> {
+    let root = host_dir.join(format!("rcuvfs-bigdir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root)?;
+    let result = (|| {
+        for i in 0..n {
+            std::fs::File::create(root.join(format!("f{i}")))?;
+        }
+        let t = Instant::now();
+        let mut seen = 0;
+        for e in std::fs::read_dir(&root)? {
+            std::hint::black_box(e?);
+            seen += 1;
+        }
+        let list_ns = per_file(t, n);
+        let t = Instant::now();
+        for e in std::fs::read_dir(&root)? {
+            std::hint::black_box(e?.metadata()?);
+            seen += 1;
+        }
+        let list_stat_ns = per_file(t, n);
+        if seen != 2 * n {
+            return Err(std::io::Error::other(format!("big-dir: listed {seen} entries of 2 x {n}")));
+        }
+        Ok(BigDirRow { mode: "host".into(), files: n, list_ns, list_stat_ns })
+    })();
+    let _ = std::fs::remove_dir_all(&root);
+    result
+}
+
+/// Runs `big-dir` for every size in every mode (medians of `repeats`),
+/// printing the table as it goes.
+pub fn big_dir_sweep(
+    modes: &[String],
+    sizes: &[usize],
+    repeats: usize,
+    host_dir: &Path,
+) -> std::io::Result<Vec<BigDirRow>> {
+    println!("\nbig-dir: one thread lists a directory of N files whole: names, then names and attributes");
+    println!("{:<10} {:>10} {:>12} {:>16}", "mode", "files", "list ns", "list+stat ns");
+    let mut rows = Vec::new();
+    for &n in sizes {
+        for m in modes {
+            let runs: std::io::Result<Vec<BigDirRow>> = (0..repeats.max(1))
+                .map(|_| if m == "host" { list_host(n, host_dir) } else { list_vfs(m, n) })
+                .collect();
+            let runs = match runs {
+                Ok(r) => r,
+                Err(e) => {
+                    println!("{:<10} {:>10} skipped: {e}", m, n);
+                    continue;
+                }
+            };
+            let med = |f: fn(&BigDirRow) -> f64| {
+                let mut v: Vec<f64> = runs.iter().map(f).collect();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let r = BigDirRow {
+                mode: m.clone(),
+                files: n,
+                list_ns: med(|r| r.list_ns),
+                list_stat_ns: med(|r| r.list_stat_ns),
+            };
+            println!("{:<10} {:>10} {:>12.1} {:>16.1}", r.mode, r.files, r.list_ns, r.list_stat_ns);
+            rows.push(r);
+        }
+    }
+    Ok(rows)
+}

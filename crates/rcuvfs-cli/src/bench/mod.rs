@@ -23,7 +23,7 @@ use workloads::{is_known_mode, vfs_config, Ctx, Target, WORKLOADS};
 pub struct BenchArgs {
     /// Workloads to run (default: all): stat-same, stat-private, short,
     /// create-private, create-shared, and (only when named, it takes
-    /// minutes) files,
+    /// minutes) files and big-dir,
     /// rename-storm, tree-walk, dd-write, dd-read, pagecache-mix,
     /// inode-exit.
     workloads: Vec<String>,
@@ -69,7 +69,7 @@ pub struct BenchArgs {
     /// pagecache-mix: the share of operations that write.
     #[arg(long, default_value_t = 0.1)]
     write_share: f64,
-    /// files: the numbers of files to sweep (k and M suffixes).
+    /// files and big-dir: the numbers of files to sweep (k and M suffixes).
     #[arg(long, default_value = "10k,100k,1M,10M")]
     files: String,
     /// inode-exit: files each thread creates and keeps open.
@@ -127,6 +127,9 @@ struct Report {
     /// The `files` sweep: ns per file and bytes per file against N.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     files: Vec<files::FilesRow>,
+    /// The `big-dir` sweep: ns per entry of a whole listing against N.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    big_dir: Vec<files::BigDirRow>,
 }
 
 /// One counter per cache-line pair (against adjacent-line prefetch).
@@ -209,7 +212,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     } else {
         args.workloads
             .iter()
-            .filter(|name| *name != "inode-exit" && *name != "files")
+            .filter(|name| !matches!(name.as_str(), "inode-exit" | "files" | "big-dir"))
             .map(|name| {
                 WORKLOADS.iter().find(|w| w.name == name).ok_or_else(|| {
                     let known: Vec<_> = WORKLOADS.iter().map(|w| w.name).collect();
@@ -228,6 +231,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
         }
     }
     let run_files = args.workloads.iter().any(|w| w == "files");
+    let run_big_dir = args.workloads.iter().any(|w| w == "big-dir");
     let file_sizes = files::parse_sizes(&args.files)?;
     let threads = parse_threads(&args.threads)?;
     let max_threads = *threads.iter().max().unwrap();
@@ -383,13 +387,16 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
         }
     }
     progress.finish_and_clear();
-    let mut file_rows = Vec::new();
+    let (mut file_rows, mut big_dir_rows) = (Vec::new(), Vec::new());
+    let sweep_modes: Vec<String> = match &explicit {
+        Some(ms) => ms.iter().filter(|m| *m == "host" || vfs_config(m).is_some()).cloned().collect(),
+        None => vec!["norefs".into(), "host".into()],
+    };
     if run_files {
-        let modes: Vec<String> = match &explicit {
-            Some(ms) => ms.iter().filter(|m| *m == "host" || vfs_config(m).is_some()).cloned().collect(),
-            None => vec!["norefs".into(), "host".into()],
-        };
-        file_rows = files::sweep(&modes, &file_sizes, args.repeats, args.dcache_target, &args.host_dir)?;
+        file_rows = files::sweep(&sweep_modes, &file_sizes, args.repeats, args.dcache_target, &args.host_dir)?;
+    }
+    if run_big_dir {
+        big_dir_rows = files::big_dir_sweep(&sweep_modes, &file_sizes, args.repeats, &args.host_dir)?;
     }
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir)?;
@@ -417,6 +424,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
             },
             results: rows,
             files: file_rows,
+            big_dir: big_dir_rows,
         };
         std::fs::write(path, serde_json::to_string_pretty(&report).map_err(std::io::Error::other)?)?;
     }

@@ -613,11 +613,10 @@ impl MemFs {
         if victim.kind == FileType::Dir {
             return fail(EISDIR);
         }
-        let e = e as *const Dirent;
-        l.remove(e, key);
+        let e = l.take(e, key).expect("found under the lock");
         drop(l);
         // SAFETY: out of the index; readers are waited out.
-        unsafe { rcu.retire_box(e as *mut Dirent) };
+        unsafe { rcu.retire_box(e) };
         dir.entries.shrink_if_sparse(rcu);
         let t = now();
         self.drop_link(victim, t);
@@ -655,10 +654,10 @@ impl MemFs {
                 victim.entries.reopen(rcu);
                 continue;
             }
-            l.remove(e, key);
+            let e = l.take(e, key).expect("found under the lock");
             drop(l);
             // SAFETY: out of the index; readers are waited out.
-            unsafe { rcu.retire_box(e as *const Dirent as *mut Dirent) };
+            unsafe { rcu.retire_box(e) };
             dir.entries.shrink_if_sparse(rcu);
             let t = now();
             self.drop_link(victim, t);
@@ -823,11 +822,10 @@ impl MemFs {
                 }
             }
         }
-        let s = src as *const Dirent;
-        l1.remove(s, k1);
+        let s = l1.take(src, k1).expect("found under the lock");
         drop((l1, l2));
         // SAFETY: out of the index; readers are waited out.
-        unsafe { rcu.retire_box(s as *mut Dirent) };
+        unsafe { rcu.retire_box(s) };
         src_dir.entries.shrink_if_sparse(rcu);
         let dir_moved = moved.kind == FileType::Dir;
         if let Some(v) = victim {
@@ -1088,7 +1086,7 @@ impl Drop for MemFs {
             self.table.drop_owned(&rcu, |i| {
                 let g = rcu.read_lock();
                 let mut names: Vec<*const Dirent> = Vec::new();
-                i.entries.for_each(&g, |e| names.push(e));
+                i.entries.for_each_raw(&g, |e| names.push(e));
                 drop(g);
                 for e in names {
                     drop(Box::from_raw(e as *mut Dirent));

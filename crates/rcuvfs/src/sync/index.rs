@@ -402,13 +402,20 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
     /// Calls `f` on every entry, in slot order (a snapshot of no instant:
     /// entries inserted or removed meanwhile may or may not be seen; one
     /// present throughout is seen once).
-    pub fn for_each<'g>(&'g self, _guard: &'g RcuGuard<'_>, mut f: impl FnMut(&'g T)) {
+    pub fn for_each<'g>(&'g self, guard: &'g RcuGuard<'_>, mut f: impl FnMut(&'g T)) {
+        // SAFETY: as in `find`.
+        self.for_each_raw(guard, |p| f(unsafe { &*p }));
+    }
+
+    /// [`for_each`](Self::for_each) with the entries' pointers as
+    /// inserted, for an owner's teardown that frees them: a pointer made
+    /// back from a shared reference may not free (Stacked Borrows).
+    pub fn for_each_raw(&self, _guard: &RcuGuard<'_>, mut f: impl FnMut(*const T)) {
         let Some(t) = self.current() else { return };
         for s in t.slots() {
             let e = s.load(Ordering::Acquire) & PTR;
             if e != EMPTY && e != TOMBSTONE {
-                // SAFETY: as in `find`.
-                f(unsafe { &*(e as *const T) });
+                f(e as *const T);
             }
         }
     }
@@ -1084,7 +1091,14 @@ impl<T: Indexed> Locked<'_, T> {
     /// Removes `p`, inserted under the key `hash`, whose home this lock
     /// covers. `false` if it is not in the table.
     pub fn remove(&mut self, p: *const T, hash: u64) -> bool {
-        let Some(s) = self.slot_of(p, hash) else { return false };
+        self.take(p, hash).is_some()
+    }
+
+    /// [`remove`](Self::remove), returning the pointer as it was inserted:
+    /// the one to free the entry by (one made back from a shared
+    /// reference, as `p` may be, may not free under Stacked Borrows).
+    pub fn take(&mut self, p: *const T, hash: u64) -> Option<*mut T> {
+        let s = self.slot_of(p, hash)?;
         preemption_point();
         // Only its key's writers (we hold their lock) change this value;
         // other bits may change (a lock of another home, PARKED).
@@ -1105,7 +1119,7 @@ impl<T: Indexed> Locked<'_, T> {
                 self.table.header().counts.fetch_sub(LIVE_ONE, Ordering::Relaxed);
             }
         }
-        true
+        Some((v & PTR) as *mut T)
     }
 
     /// Puts `new` in `old`'s slot: one store, so that a lookup of the key
