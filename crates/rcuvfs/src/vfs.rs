@@ -1513,7 +1513,7 @@ impl Vfs {
     pub fn read_dir_at(&self, dir: &Entry, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
         dir.check_same_vfs(&self.shared)?;
         self.check_listable(dir.inode())?;
-        self.readdir_batch(dir.inode(), offset)
+        self.readdir_batch_with(dir.inode(), |fs| fs.readdir(dir.inode().ino, offset))
     }
 
     /// May this view list `inode` (`opendir`'s checks)?
@@ -1527,24 +1527,23 @@ impl Vfs {
         Ok(())
     }
 
-    /// [`readdir_batch`](Self::readdir_batch) with the attributes the
-    /// filesystem lists, kept only where this view may look the names up
-    /// (search permission on the directory, as `fstatat` needs).
+    /// The entries after `offset` of a directory already checked, with
+    /// the attributes the filesystem lists (`getdents`; it updates the
+    /// directory's atime). The attributes are kept only where this view
+    /// may look the names up (search permission, as `fstatat` needs).
     fn readdir_batch_plus(&self, inode: &Inode, offset: u64) -> Result<Vec<(crate::fs::DirEntry, Option<Attr>)>> {
-        let _g = self.shared.global();
-        let mut out = inode.fs().readdir_plus(inode.ino, offset)?;
-        touch_atime(&self.shared, inode);
+        let mut out = self.readdir_batch_with(inode, |fs| fs.readdir_plus(inode.ino, offset))?;
         if out.iter().any(|(_, a)| a.is_some()) && !self.cred.may(&inode.attr(), MAY_EXEC) {
             out.iter_mut().for_each(|(_, a)| *a = None);
         }
         Ok(out)
     }
 
-    /// The entries after `offset` of a directory already checked
-    /// (`getdents`): they also update its atime.
-    fn readdir_batch(&self, inode: &Inode, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
+    /// One `getdents` of a directory already checked, by `read`: in the
+    /// `global` mode under the global lock; it updates the atime.
+    fn readdir_batch_with<T>(&self, inode: &Inode, read: impl FnOnce(&dyn FileSystem) -> Result<T>) -> Result<T> {
         let _g = self.shared.global();
-        let out = inode.fs().readdir(inode.ino, offset)?;
+        let out = read(inode.fs())?;
         touch_atime(&self.shared, inode);
         Ok(out)
     }

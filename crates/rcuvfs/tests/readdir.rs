@@ -248,3 +248,27 @@ fn a_walk_reports_a_directory_it_may_not_read_and_goes_on() {
     let want: BTreeSet<PathBuf> = ["/w", "/w/closed", "/w/open", "/w/open/f"].into_iter().map(Into::into).collect();
     assert_eq!(ok, want);
 }
+
+#[test]
+fn a_panic_in_a_parallel_walk_reaches_the_caller_instead_of_hanging_the_walk() {
+    let v = Arc::new(Vfs::new());
+    make_tree(&v);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let walker = {
+        let v = v.clone();
+        std::thread::spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                v.walk_parallel("/t", 2, |w| {
+                    if w.unwrap().path().ends_with("a1/b2/f3") {
+                        panic!("the caller's callback failed");
+                    }
+                })
+            }));
+            let _ = tx.send(r.is_err());
+        })
+    };
+    // A deadline on a hang, not a speed bound: the walk takes milliseconds.
+    let panicked = rx.recv_timeout(std::time::Duration::from_secs(120)).expect("walk_parallel hung after a panic");
+    assert!(panicked, "the panic reached the caller");
+    walker.join().unwrap();
+}

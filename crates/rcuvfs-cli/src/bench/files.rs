@@ -166,6 +166,26 @@ pub fn run_host(n: usize, host_dir: &Path) -> std::io::Result<FilesRow> {
     result
 }
 
+/// `repeats` runs of one cell; `None`, said on stdout, if one fails (the
+/// host's tmpfs may allow fewer inodes than N: /dev/shm allows half the
+/// memory's pages), and the sweep goes on.
+fn repeated<R>(mode: &str, n: usize, repeats: usize, run: impl Fn() -> std::io::Result<R>) -> Option<Vec<R>> {
+    match (0..repeats.max(1)).map(|_| run()).collect() {
+        Ok(r) => Some(r),
+        Err(e) => {
+            println!("{:<10} {:>10} skipped: {e}", mode, n);
+            None
+        }
+    }
+}
+
+/// The median of `f` over `runs` (not empty).
+fn median_by<R>(runs: &[R], f: fn(&R) -> f64) -> f64 {
+    let mut v: Vec<f64> = runs.iter().map(f).collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Runs every size in every mode, `repeats` times each (the median of
 /// each time; the largest memory figure, the first run's, since later runs
 /// reuse memory the allocator kept), printing the table as it goes. Sizes
@@ -186,23 +206,9 @@ pub fn sweep(
     let mut rows = Vec::new();
     for &n in sizes {
         for m in modes {
-            let runs: std::io::Result<Vec<FilesRow>> = (0..repeats.max(1))
-                .map(|_| if m == "host" { run_host(n, host_dir) } else { run_vfs(m, n, dcache_target) })
-                .collect();
-            let runs = match runs {
-                Ok(r) => r,
-                Err(e) => {
-                    // The host's tmpfs may allow fewer inodes than N
-                    // (/dev/shm: half the memory's pages); say so, go on.
-                    println!("{:<10} {:>10} skipped: {e}", m, n);
-                    continue;
-                }
-            };
-            let med = |f: fn(&FilesRow) -> f64| {
-                let mut v: Vec<f64> = runs.iter().map(f).collect();
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            };
+            let run = || if m == "host" { run_host(n, host_dir) } else { run_vfs(m, n, dcache_target) };
+            let Some(runs) = repeated(m, n, repeats, run) else { continue };
+            let med = |f: fn(&FilesRow) -> f64| median_by(&runs, f);
             let r = FilesRow {
                 mode: m.clone(),
                 files: n,
@@ -332,21 +338,9 @@ pub fn big_dir_sweep(
     let mut rows = Vec::new();
     for &n in sizes {
         for m in modes {
-            let runs: std::io::Result<Vec<BigDirRow>> = (0..repeats.max(1))
-                .map(|_| if m == "host" { list_host(n, host_dir) } else { list_vfs(m, n) })
-                .collect();
-            let runs = match runs {
-                Ok(r) => r,
-                Err(e) => {
-                    println!("{:<10} {:>10} skipped: {e}", m, n);
-                    continue;
-                }
-            };
-            let med = |f: fn(&BigDirRow) -> f64| {
-                let mut v: Vec<f64> = runs.iter().map(f).collect();
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            };
+            let run = || if m == "host" { list_host(n, host_dir) } else { list_vfs(m, n) };
+            let Some(runs) = repeated(m, n, repeats, run) else { continue };
+            let med = |f: fn(&BigDirRow) -> f64| median_by(&runs, f);
             let r = BigDirRow {
                 mode: m.clone(),
                 files: n,

@@ -566,6 +566,8 @@ impl MemFs {
         let mut out = Vec::with_capacity(found.len());
         for (j, &(h, e)) in found.iter().enumerate() {
             if let Some(&(_, a)) = found.get(j + AHEAD) {
+                // Relaxed: only a prefetch's address (the entry is read
+                // with `inode()` below).
                 let i = a.inode.load(Ordering::Relaxed) as *const u8;
                 prefetch(a.name.as_ptr());
                 // The attributes, the kind and the data's cell are spread
@@ -601,23 +603,30 @@ impl MemFs {
         }
     }
 
+    /// Takes `e`, found in `dir` under its home lock `l`, out of the
+    /// index, releases the lock and retires the entry.
+    fn remove_locked(rcu: &Rcu, dir: &Inode, mut l: Locked<'_, Dirent>, e: &Dirent, key: u64) {
+        let e = l.take(e, key).expect("found under the lock");
+        drop(l);
+        // SAFETY: out of the index (by the pointer it was inserted by);
+        // readers are waited out.
+        unsafe { rcu.retire_box(e) };
+        dir.entries.shrink_if_sparse(rcu);
+    }
+
     /// Removes `name` (not a directory) from `parent`.
     fn unlink_entry(&self, parent: Ino, name: &[u8]) -> Result<()> {
         let rcu = self.rcu();
         let g = rcu.read_lock();
         let dir = self.dir(&g, parent)?;
         let key = name_key(name);
-        let mut l = dir.entries.lock(key, rcu);
+        let l = dir.entries.lock(key, rcu);
         let e = Self::find_locked(&g, &l, name, key).ok_or_else(|| err(ENOENT))?;
         let victim = e.inode();
         if victim.kind == FileType::Dir {
             return fail(EISDIR);
         }
-        let e = l.take(e, key).expect("found under the lock");
-        drop(l);
-        // SAFETY: out of the index; readers are waited out.
-        unsafe { rcu.retire_box(e) };
-        dir.entries.shrink_if_sparse(rcu);
+        Self::remove_locked(rcu, dir, l, e, key);
         let t = now();
         self.drop_link(victim, t);
         dir.touch(t, true);
@@ -646,7 +655,7 @@ impl MemFs {
                 }
                 crate::sync::index::Close::Closed => {}
             }
-            let mut l = dir.entries.lock(key, rcu);
+            let l = dir.entries.lock(key, rcu);
             let now_e = Self::find_locked(&g, &l, name, key);
             if !now_e.is_some_and(|x| ptr::eq(x, e) && ptr::eq(x.inode(), victim)) {
                 // Renamed or replaced meanwhile: as it was, and again.
@@ -654,11 +663,7 @@ impl MemFs {
                 victim.entries.reopen(rcu);
                 continue;
             }
-            let e = l.take(e, key).expect("found under the lock");
-            drop(l);
-            // SAFETY: out of the index; readers are waited out.
-            unsafe { rcu.retire_box(e) };
-            dir.entries.shrink_if_sparse(rcu);
+            Self::remove_locked(rcu, dir, l, e, key);
             let t = now();
             self.drop_link(victim, t);
             dir.update(|a| {

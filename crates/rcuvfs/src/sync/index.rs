@@ -447,6 +447,8 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         while i < slots.len() {
             #[cfg(not(loom))]
             if let Some(ahead) = slots.get(i + AHEAD) {
+                // Relaxed: only a prefetch's address; the slot is read again
+                // (Acquire) when the scan reaches it.
                 crate::sync::atomic::prefetch((ahead.load(Ordering::Relaxed) & PTR) as *const T);
             }
             let e = slots[i].load(Ordering::Acquire) & PTR;

@@ -368,7 +368,7 @@ impl Vfs {
         if let Some(e) = first.pending.take() {
             f(Err(e));
         }
-        let queue = Queue { state: Mutex::new((first.stack, 0)), more: Condvar::new() };
+        let queue = Queue::new(first.stack);
         std::thread::scope(|s| {
             for _ in 0..threads.max(1) {
                 s.spawn(|| self.walk_worker(&queue, &f));
@@ -377,18 +377,10 @@ impl Vfs {
     }
 
     fn walk_worker<F: Fn(Result<WalkEntry>)>(&self, queue: &Queue, f: &F) {
-        let mut q = queue.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            let Some((mut rd, depth)) = q.0.pop() else {
-                if q.1 == 0 {
-                    queue.more.notify_all();
-                    return;
-                }
-                q = queue.more.wait(q).unwrap_or_else(|e| e.into_inner());
-                continue;
-            };
-            q.1 += 1;
-            drop(q);
+            let Some((mut rd, depth)) = queue.next() else { return };
+            // Counted as being listed until dropped, a panic in `f` included.
+            let _listing = InProgress(queue);
             for e in rd.by_ref() {
                 match visit(e, depth) {
                     Visit::Skip => {}
@@ -398,24 +390,76 @@ impl Vfs {
                         let sub = self.read_dir_of_at(dir, w.path.clone());
                         f(Ok(w));
                         match sub {
-                            Ok(sub) => {
-                                queue.state.lock().unwrap_or_else(|e| e.into_inner()).0.push((sub, depth + 1));
-                                queue.more.notify_one();
-                            }
+                            Ok(sub) => queue.push(sub, depth + 1),
                             Err(e) => f(Err(e)),
                         }
                     }
                 }
             }
-            q = queue.state.lock().unwrap_or_else(|e| e.into_inner());
-            q.1 -= 1;
         }
     }
 }
 
 /// The directories a parallel walk has yet to list, and how many threads
-/// are listing one (the walk is over when both are none).
+/// are listing one: the walk is over when both are none, or when a thread
+/// panicked (the others stop, and the scope hands the panic on).
 struct Queue {
-    state: Mutex<(Vec<(ReadDir, usize)>, usize)>,
+    state: Mutex<Pending>,
     more: Condvar,
+}
+
+struct Pending {
+    dirs: Vec<(ReadDir, usize)>,
+    listing: usize,
+    abandoned: bool,
+}
+
+impl Queue {
+    fn new(dirs: Vec<(ReadDir, usize)>) -> Queue {
+        Queue { state: Mutex::new(Pending { dirs, listing: 0, abandoned: false }), more: Condvar::new() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next directory to list, counted as being listed; `None` when
+    /// the walk is over.
+    fn next(&self) -> Option<(ReadDir, usize)> {
+        let mut p = self.lock();
+        loop {
+            if p.abandoned {
+                return None;
+            }
+            if let Some(d) = p.dirs.pop() {
+                p.listing += 1;
+                return Some(d);
+            }
+            if p.listing == 0 {
+                self.more.notify_all();
+                return None;
+            }
+            p = self.more.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn push(&self, rd: ReadDir, depth: usize) {
+        self.lock().dirs.push((rd, depth));
+        self.more.notify_one();
+    }
+}
+
+/// One directory being listed by a worker of a parallel walk; its end,
+/// normal or by a panic, wakes the workers waiting for more.
+struct InProgress<'q>(&'q Queue);
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        let mut p = self.0.lock();
+        p.listing -= 1;
+        p.abandoned |= std::thread::panicking();
+        if p.abandoned || (p.listing == 0 && p.dirs.is_empty()) {
+            self.0.more.notify_all();
+        }
+    }
 }
