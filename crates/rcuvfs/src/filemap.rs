@@ -95,37 +95,91 @@ fn rcu() -> &'static Rcu {
     Box::leak(Box::new(Rcu::new()))
 }
 
-struct Page {
-    seq: SeqCount,
+mod pool;
+pub use pool::PoolStats;
+
+/// The frames of every page cache.
+fn pool() -> &'static pool::Pool {
+    #[cfg(not(loom))]
+    {
+        static POOL: OnceLock<pool::Pool> = OnceLock::new();
+        POOL.get_or_init(pool::Pool::new)
+    }
+    // Under loom: one per use, as for `rcu()` (never freed).
+    #[cfg(loom)]
+    Box::leak(Box::new(pool::Pool::new()))
+}
+
+/// What the page allocator holds now: frames in use, bytes mapped, free
+/// frames not yet handed back. For tests and reports.
+pub fn pool_stats() -> PoolStats {
+    pool().stats()
+}
+
+/// One page of file data: 4 KiB-aligned, from the page allocator.
+#[repr(C, align(4096))]
+pub(crate) struct Frame {
     words: [AtomicU64; WORDS],
 }
 
+impl Frame {
+    #[cfg(any(loom, miri))]
+    fn zeroed() -> Frame {
+        Frame { words: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
+}
+
+/// A page: its sequence count and its frame.
+struct Page {
+    seq: SeqCount,
+    frame: std::ptr::NonNull<Frame>,
+}
+
 impl Page {
-    fn new() -> Box<Page> {
-        Box::new(Page { seq: SeqCount::new(), words: std::array::from_fn(|_| AtomicU64::new(0)) })
+    fn new(frame: std::ptr::NonNull<Frame>) -> Box<Page> {
+        Box::new(Page { seq: SeqCount::new(), frame })
+    }
+
+    #[inline]
+    fn words(&self) -> &[AtomicU64; WORDS] {
+        // SAFETY: the frame lives as long as the page (freed with it).
+        unsafe { &self.frame.as_ref().words }
     }
 
     /// Copies bytes `[from, from + out.len())` of the page (relaxed loads:
-    /// the caller validates or excludes writers).
+    /// the caller validates or excludes writers). Whole words in one load
+    /// each.
     fn copy_out(&self, from: usize, out: &mut [u8]) {
+        let words = self.words();
         let mut i = 0;
-        while i < out.len() {
+        while i < out.len() && ((from + i) % 8 != 0 || out.len() - i < 8) {
             let at = from + i;
-            let w = self.words[at / 8].load(Ordering::Relaxed).to_le_bytes();
+            let w = words[at / 8].load(Ordering::Relaxed).to_le_bytes();
             let off = at % 8;
             let n = (8 - off).min(out.len() - i);
             out[i..i + n].copy_from_slice(&w[off..off + n]);
             i += n;
         }
+        let first = (from + i) / 8;
+        let body = &mut out[i..];
+        let whole = body.len() / 8;
+        for (k, c) in body.chunks_exact_mut(8).enumerate() {
+            c.copy_from_slice(&words[first + k].load(Ordering::Relaxed).to_le_bytes());
+        }
+        i += whole * 8;
+        if i < out.len() {
+            self.copy_out(from + i, &mut out[i..]);
+        }
     }
 
     /// Stores bytes at `from` (the caller holds `writer` and has opened a
-    /// write section).
+    /// write section). Whole words in one store each.
     fn copy_in(&self, from: usize, data: &[u8]) {
+        let words = self.words();
         let mut i = 0;
-        while i < data.len() {
+        while i < data.len() && ((from + i) % 8 != 0 || data.len() - i < 8) {
             let at = from + i;
-            let word = &self.words[at / 8];
+            let word = &words[at / 8];
             let off = at % 8;
             let n = (8 - off).min(data.len() - i);
             let mut w = word.load(Ordering::Relaxed).to_le_bytes();
@@ -133,16 +187,76 @@ impl Page {
             word.store(u64::from_le_bytes(w), Ordering::Relaxed);
             i += n;
         }
+        if i == data.len() {
+            return;
+        }
+        let first = (from + i) / 8;
+        let body = &data[i..];
+        let whole = body.len() / 8;
+        for (k, c) in body.chunks_exact(8).enumerate() {
+            words[first + k].store(u64::from_le_bytes(c.try_into().expect("8 bytes")), Ordering::Relaxed);
+        }
+        i += whole * 8;
+        if i < data.len() {
+            self.copy_in(from + i, &data[i..]);
+        }
     }
 
     fn zero(&self, from: usize) {
-        for a in from..PAGE {
-            if a % 8 == 0 && a + 8 <= PAGE {
-                self.words[a / 8].store(0, Ordering::Relaxed);
-            } else {
-                self.copy_in(a, &[0]);
-            }
+        let words = self.words();
+        if from % 8 != 0 {
+            let n = 8 - from % 8;
+            self.copy_in(from, &[0; 8][..n]);
         }
+        for w in &words[from.div_ceil(8)..] {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Frees pages (their boxes and, in one call, their frames).
+///
+/// # Safety
+/// Each pointer came from `Box::into_raw(Page::new(..))`, is freed once,
+/// and no reader can reach it any more.
+unsafe fn free_pages(pages: Vec<*mut Page>) {
+    let frames: Vec<_> = pages
+        .into_iter()
+        .map(|p| {
+            // SAFETY: the caller's contract.
+            let page = unsafe { Box::from_raw(p) };
+            page.frame
+        })
+        .collect();
+    pool().free(frames);
+}
+
+/// Pages to free after a grace period, as one callback; a large batch is
+/// pushed out at once, so that deleted data goes back to the system within
+/// the grace period, not whenever this thread's reclamation batch fills.
+struct Retired(Vec<*mut Page>);
+// SAFETY: the pages are unreachable; only the callback touches them.
+unsafe impl Send for Retired {}
+
+/// Pages at which a retirement is pushed out at once (1 MiB).
+const EXPEDITE_PAGES: usize = 256;
+
+/// # Safety
+/// As [`free_pages`], but readers that reached the pages before they were
+/// made unreachable may still be reading: they are waited out.
+unsafe fn retire_pages(pages: Vec<*mut Page>) {
+    if pages.is_empty() {
+        return;
+    }
+    let big = pages.len() >= EXPEDITE_PAGES;
+    let r = Retired(pages);
+    rcu().call_rcu(move || {
+        let r = r;
+        // SAFETY: the grace period has ended: no reader holds them.
+        unsafe { free_pages(r.0) }
+    });
+    if big {
+        rcu().expedite();
     }
 }
 
@@ -334,6 +448,12 @@ impl PageCache {
         let missing =
             (first..=last).filter(|&i| index.slots.get(i).is_none_or(|s| s.load(Ordering::Relaxed).is_null())).count();
         self.charge(missing as i64)?;
+        let mut frames = Vec::with_capacity(missing);
+        if let Err(e) = pool().alloc(missing, &mut frames) {
+            let _ = self.charge(-(missing as i64));
+            return Err(e);
+        }
+        let mut frames = frames.into_iter();
         if last >= index.slots.len() {
             index = self.grow(last + 1);
         }
@@ -342,7 +462,7 @@ impl PageCache {
             let slot = &index.slots[pi];
             let mut p = slot.load(Ordering::Relaxed);
             if p.is_null() {
-                p = Box::into_raw(Page::new());
+                p = Box::into_raw(Page::new(frames.next().expect("a frame per missing page")));
                 // Release: the zeroed page is initialized for readers.
                 slot.store(p, Ordering::Release);
                 self.w.pages.fetch_add(1, Ordering::Relaxed);
@@ -412,15 +532,16 @@ impl PageCache {
                 page.seq.write_end();
             }
         }
-        let mut freed = 0;
+        let mut gone = Vec::new();
         for s in index.slots.iter().skip(keep) {
             let p = s.swap(std::ptr::null_mut(), Ordering::Release);
             if !p.is_null() {
-                // SAFETY: unreachable now; readers are waited out.
-                unsafe { rcu().retire_box(p) };
-                freed += 1;
+                gone.push(p);
             }
         }
+        let freed = gone.len() as u64;
+        // SAFETY: unreachable now; readers are waited out.
+        unsafe { retire_pages(gone) };
         self.w.pages.fetch_sub(freed, Ordering::Relaxed);
         self.charge(-(freed as i64))
     }
@@ -441,12 +562,8 @@ impl Drop for PageCache {
         // of an earlier grace period may still hold a page, so pages go
         // through RCU; the index array itself is ours.
         unsafe {
-            for s in (*index).slots.iter() {
-                let p = s.load(Ordering::Relaxed);
-                if !p.is_null() {
-                    rcu().retire_box(p);
-                }
-            }
+            let pages = (*index).slots.iter().map(|s| s.load(Ordering::Relaxed)).filter(|p| !p.is_null()).collect();
+            retire_pages(pages);
             rcu().retire_box(index);
         }
     }

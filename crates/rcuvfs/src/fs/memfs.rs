@@ -181,6 +181,14 @@ struct Usage {
 
 impl Usage {
     fn inode_freed(&self, i: &Inode) {
+        // Its data goes now, not with the inode at the end of its grace
+        // period (which waits for this thread's reclamation batch to fill):
+        // as the kernel's evict truncates the pages of a deleted inode.
+        // Nothing can open the inode any more; a reader that reached it
+        // under RCU reads a shorter file, which is already gone.
+        if let Some(pc) = i.data_if_any() {
+            let _ = pc.set_len(0);
+        }
         self.inodes.add(-1);
         if let Some(l) = &self.limited {
             l.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);

@@ -1,0 +1,381 @@
+//! The page allocator under the page cache, written by hand: tmpfs's pages
+//! come from the kernel's page allocator and go back to it the moment a
+//! file is truncated or deleted, and rcuvfs's must too, whatever allocator
+//! the embedding program uses.
+//!
+//! A 4 KiB page of file data taken from the global allocator (4 KiB plus a
+//! header) sat in the allocator's heap once freed: after writing and
+//! deleting a 512 MiB file, the process kept 520 MB resident. Here frames
+//! (4 KiB, 4 KiB-aligned) are carved from chunks of [`CHUNK_PAGES`] mapped
+//! with `mmap`:
+//! - a chunk whose frames are all free is unmapped at once (one spare chunk
+//!   is kept mapped, so that a file written and deleted over and over does
+//!   not map and unmap a chunk each time);
+//! - free frames of chunks still in use are reused first (they are
+//!   resident already); past [`SPARE_FRAMES`] of them, they are purged
+//!   (`MADV_DONTNEED`): the memory goes back to the system, the address
+//!   stays, and the frame reads as zeros when it is next touched.
+//!
+//! So the memory a process keeps for freed file data is bounded by one
+//! chunk plus `SPARE_FRAMES`, and deleting a file hands its memory back as
+//! soon as its pages' grace period ends.
+//!
+//! One lock guards the chunk table. A write takes it once for all the
+//! frames it needs, and a truncate or a delete once for all the frames it
+//! frees, so its cost is per call, not per page.
+//!
+//! Under loom and Miri frames come from the global allocator instead (no
+//! `mmap` there); the page cache above is the same.
+
+#[cfg(not(any(loom, miri)))]
+use std::collections::{BTreeSet, HashMap};
+use std::ptr::NonNull;
+
+use super::{Frame, PAGE};
+
+/// Frames per chunk (2 MiB).
+#[cfg(not(any(loom, miri)))]
+pub const CHUNK_PAGES: usize = 512;
+#[cfg(not(any(loom, miri)))]
+const CHUNK: usize = CHUNK_PAGES * PAGE;
+#[cfg(not(any(loom, miri)))]
+const WORDS: usize = CHUNK_PAGES / 64;
+/// Free frames kept resident in chunks still in use before they are
+/// purged (4 MiB).
+#[cfg(not(any(loom, miri)))]
+pub const SPARE_FRAMES: usize = 1024;
+
+/// What a chunk's frames are: `free` bits are frames not in use; `dirty`
+/// bits (a subset) are free frames still holding old data (resident).
+#[cfg(not(any(loom, miri)))]
+#[derive(Default)]
+struct Chunk {
+    free: [u64; WORDS],
+    dirty: [u64; WORDS],
+}
+
+#[cfg(not(any(loom, miri)))]
+impl Chunk {
+    fn fresh() -> Chunk {
+        Chunk { free: [u64::MAX; WORDS], dirty: [0; WORDS] }
+    }
+
+    fn all_free(&self) -> bool {
+        self.free.iter().all(|&w| w == u64::MAX)
+    }
+
+    fn any_free(&self) -> bool {
+        self.free.iter().any(|&w| w != 0)
+    }
+
+    /// Takes the lowest free frame: (index, whether it must be zeroed).
+    fn take(&mut self) -> Option<(usize, bool)> {
+        let w = self.free.iter().position(|&w| w != 0)?;
+        let b = self.free[w].trailing_zeros() as usize;
+        self.free[w] &= !(1 << b);
+        let dirty = self.dirty[w] & (1 << b) != 0;
+        self.dirty[w] &= !(1 << b);
+        Some((w * 64 + b, dirty))
+    }
+
+    fn dirty_count(&self) -> usize {
+        self.dirty.iter().map(|w| w.count_ones() as usize).sum()
+    }
+}
+
+#[cfg(not(any(loom, miri)))]
+#[derive(Default)]
+struct Inner {
+    /// Every mapped chunk, by base address.
+    chunks: HashMap<usize, Chunk>,
+    /// Chunks with a free frame (lowest address first: allocation packs
+    /// the low chunks, so the high ones empty out and are unmapped).
+    partial: BTreeSet<usize>,
+    /// The one entirely free chunk kept mapped, if any.
+    spare: Option<usize>,
+    /// Dirty free frames over all chunks.
+    dirty: usize,
+    /// Frames in use.
+    used: usize,
+}
+
+/// The frame allocator.
+pub struct Pool {
+    #[cfg(not(any(loom, miri)))]
+    inner: crate::sync::Mutex<Inner>,
+    #[cfg(any(loom, miri))]
+    used: std::sync::atomic::AtomicUsize,
+}
+
+// SAFETY: the chunk table holds addresses only; frames are handed out to
+// one owner each.
+unsafe impl Send for Pool {}
+// SAFETY: as above; the table is behind a lock.
+unsafe impl Sync for Pool {}
+
+/// Bytes the pool has resident or mapped, for tests and reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Frames in use by page caches.
+    pub used_frames: usize,
+    /// Bytes mapped (chunks).
+    pub mapped_bytes: usize,
+    /// Free frames still resident (not yet purged or unmapped).
+    pub dirty_free_frames: usize,
+}
+
+impl Pool {
+    pub fn new() -> Pool {
+        Pool {
+            #[cfg(not(any(loom, miri)))]
+            inner: crate::sync::Mutex::new(Inner::default()),
+            #[cfg(any(loom, miri))]
+            used: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        #[cfg(not(any(loom, miri)))]
+        {
+            let g = self.inner.lock();
+            PoolStats { used_frames: g.used, mapped_bytes: g.chunks.len() * CHUNK, dirty_free_frames: g.dirty }
+        }
+        #[cfg(any(loom, miri))]
+        {
+            let used = self.used.load(std::sync::atomic::Ordering::Relaxed);
+            PoolStats { used_frames: used, mapped_bytes: used * PAGE, dirty_free_frames: 0 }
+        }
+    }
+
+    /// `n` zeroed frames, appended to `out`; ENOMEM (and nothing taken)
+    /// if the system has no memory to map.
+    pub fn alloc(&self, n: usize, out: &mut Vec<NonNull<Frame>>) -> crate::error::Result<()> {
+        #[cfg(not(any(loom, miri)))]
+        {
+            let start = out.len();
+            let mut zero = Vec::new();
+            {
+                let mut g = self.inner.lock();
+                while out.len() - start < n {
+                    let Some(&base) = g.partial.first() else {
+                        match map_chunk() {
+                            Some(base) => {
+                                g.chunks.insert(base, Chunk::fresh());
+                                g.partial.insert(base);
+                                continue;
+                            }
+                            None => {
+                                let taken: Vec<_> = out.drain(start..).collect();
+                                drop(g);
+                                self.free(taken);
+                                return crate::error::fail(libc::ENOMEM);
+                            }
+                        }
+                    };
+                    if g.spare == Some(base) {
+                        g.spare = None;
+                    }
+                    let c = g.chunks.get_mut(&base).expect("a partial chunk is mapped");
+                    let mut reused = 0;
+                    while out.len() - start < n {
+                        let Some((i, dirty)) = c.take() else { break };
+                        let f = NonNull::new((base + i * PAGE) as *mut Frame).expect("a mapped address");
+                        if dirty {
+                            zero.push(f);
+                            reused += 1;
+                        }
+                        out.push(f);
+                    }
+                    let full = !c.any_free();
+                    g.dirty -= reused;
+                    if full {
+                        g.partial.remove(&base);
+                    }
+                }
+                g.used += n;
+            }
+            // Zeroed outside the lock: the frames are ours now.
+            for f in zero {
+                // SAFETY: a frame we own, PAGE bytes long.
+                unsafe { std::ptr::write_bytes(f.as_ptr().cast::<u8>(), 0, PAGE) };
+            }
+            Ok(())
+        }
+        #[cfg(any(loom, miri))]
+        {
+            for _ in 0..n {
+                out.push(NonNull::from(Box::leak(Box::new(Frame::zeroed()))));
+            }
+            self.used.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// Returns frames. The caller guarantees no one reads them any more
+    /// (their grace period has ended).
+    pub fn free(&self, frames: impl IntoIterator<Item = NonNull<Frame>>) {
+        #[cfg(not(any(loom, miri)))]
+        {
+            let mut unmap = Vec::new();
+            let mut guard = self.inner.lock();
+            let g = &mut *guard;
+            let mut n = 0;
+            for f in frames {
+                n += 1;
+                let addr = f.as_ptr() as usize;
+                let base = addr & !(CHUNK - 1);
+                let i = (addr - base) / PAGE;
+                let c = g.chunks.get_mut(&base).expect("a frame from the pool");
+                debug_assert!(c.free[i / 64] & (1 << (i % 64)) == 0, "a frame freed twice");
+                c.free[i / 64] |= 1 << (i % 64);
+                c.dirty[i / 64] |= 1 << (i % 64);
+                g.dirty += 1;
+                if c.all_free() {
+                    // Keep one entirely free chunk; unmap the others.
+                    match g.spare {
+                        Some(s) if s != base => {
+                            g.dirty -= c.dirty_count();
+                            g.chunks.remove(&base);
+                            g.partial.remove(&base);
+                            unmap.push(base);
+                            continue;
+                        }
+                        _ => g.spare = Some(base),
+                    }
+                }
+                g.partial.insert(base);
+            }
+            g.used -= n;
+            if g.dirty > SPARE_FRAMES {
+                purge(g);
+            }
+            drop(guard);
+            for base in unmap {
+                // SAFETY: a chunk we mapped, with no frame in use.
+                unsafe { libc::munmap(base as *mut libc::c_void, CHUNK) };
+            }
+        }
+        #[cfg(any(loom, miri))]
+        for f in frames {
+            // SAFETY: frames come from `Box::leak` in `alloc`, freed once.
+            drop(unsafe { Box::from_raw(f.as_ptr()) });
+            self.used.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Hands the dirty free frames back to the system (`MADV_DONTNEED`, one
+/// call per run of adjacent frames); they stay free, now clean.
+#[cfg(not(any(loom, miri)))]
+fn purge(g: &mut Inner) {
+    for (&base, c) in g.chunks.iter_mut() {
+        let mut i = 0;
+        while i < CHUNK_PAGES {
+            if c.dirty[i / 64] & (1 << (i % 64)) == 0 {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < CHUNK_PAGES && c.dirty[i / 64] & (1 << (i % 64)) != 0 {
+                c.dirty[i / 64] &= !(1 << (i % 64));
+                i += 1;
+            }
+            // SAFETY: free frames of a chunk we mapped; no one uses them,
+            // and the lock keeps them from being handed out meanwhile.
+            unsafe {
+                libc::madvise((base + start * PAGE) as *mut libc::c_void, (i - start) * PAGE, libc::MADV_DONTNEED)
+            };
+        }
+    }
+    g.dirty = 0;
+}
+
+/// Maps a chunk aligned to its size (maps twice the size, unmaps the
+/// ends), so that a frame's chunk is its address rounded down.
+#[cfg(not(any(loom, miri)))]
+fn map_chunk() -> Option<usize> {
+    // SAFETY: an anonymous private mapping; we unmap only what we mapped.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            2 * CHUNK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let p = p as usize;
+        let base = (p + CHUNK - 1) & !(CHUNK - 1);
+        if base > p {
+            libc::munmap(p as *mut libc::c_void, base - p);
+        }
+        let end = p + 2 * CHUNK;
+        if end > base + CHUNK {
+            libc::munmap((base + CHUNK) as *mut libc::c_void, end - (base + CHUNK));
+        }
+        Some(base)
+    }
+}
+
+#[cfg(all(test, not(loom), not(miri)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_go_back_when_their_frames_are_freed_and_reused_frames_are_zero() {
+        let pool = Pool::new();
+        let mut frames = Vec::new();
+        pool.alloc(3 * CHUNK_PAGES + 7, &mut frames).unwrap();
+        assert_eq!(pool.stats().mapped_bytes, 4 * CHUNK);
+        for f in &frames {
+            // SAFETY: frames we own.
+            unsafe { std::ptr::write_bytes(f.as_ptr().cast::<u8>(), 0xAB, PAGE) };
+        }
+        let keep = frames.split_off(frames.len() - 3);
+        pool.free(frames);
+        let s = pool.stats();
+        assert_eq!(s.used_frames, 3);
+        // The three kept frames hold one chunk; one empty chunk is spare.
+        assert_eq!(s.mapped_bytes, 2 * CHUNK, "{s:?}");
+        assert!(s.dirty_free_frames <= SPARE_FRAMES);
+        let mut again = Vec::new();
+        pool.alloc(2 * CHUNK_PAGES, &mut again).unwrap();
+        for f in &again {
+            // SAFETY: frames we own, PAGE bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(f.as_ptr().cast::<u8>(), PAGE) };
+            assert!(bytes.iter().all(|&b| b == 0), "a reused frame was not zeroed");
+        }
+        pool.free(again);
+        pool.free(keep);
+        let s = pool.stats();
+        assert_eq!((s.used_frames, s.mapped_bytes), (0, CHUNK), "{s:?}");
+    }
+
+    #[test]
+    fn scattered_frees_past_the_spare_are_purged() {
+        let pool = Pool::new();
+        let mut frames = Vec::new();
+        pool.alloc(8 * CHUNK_PAGES, &mut frames).unwrap();
+        for f in &frames {
+            // SAFETY: frames we own.
+            unsafe { std::ptr::write_bytes(f.as_ptr().cast::<u8>(), 1, PAGE) };
+        }
+        // Free every other frame: no chunk empties, half the frames are free.
+        let (odd, even): (Vec<_>, Vec<_>) = frames.iter().enumerate().partition(|(i, _)| i % 2 == 1);
+        pool.free(odd.into_iter().map(|(_, f)| *f));
+        let s = pool.stats();
+        assert_eq!(s.used_frames, 4 * CHUNK_PAGES);
+        assert!(s.dirty_free_frames <= SPARE_FRAMES, "{s:?}");
+        pool.free(even.into_iter().map(|(_, f)| *f));
+        assert_eq!(pool.stats().mapped_bytes, CHUNK);
+    }
+}
