@@ -17,7 +17,8 @@
 //!   (no `default_permissions`);
 //! - entry and attribute timeouts are 1 s, or 0 with `--no-kernel-cache`,
 //!   when every lookup reaches rcuvfs's own dcache;
-//! - extended attributes answer `ENOTSUP`.
+//! - extended attributes are the library's (`user.`, `trusted.`,
+//!   `security.`; `system.` answers EOPNOTSUPP: no POSIX ACLs).
 //!
 //! The node and handle tables are sharded maps, so requests on different
 //! nodes do not meet on one lock.
@@ -37,7 +38,7 @@ use fuser::{
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 use rcuvfs::fs::{SetAttr, SetTime, Timespec};
-use rcuvfs::{Cred, Entry, File, FileType, Metadata, OpenOptions, RenameFlags, Vfs};
+use rcuvfs::{Cred, Entry, File, FileType, Metadata, OpenOptions, RenameFlags, Vfs, XattrSet};
 
 #[derive(clap::Args)]
 pub struct MountArgs {
@@ -62,6 +63,12 @@ pub struct MountArgs {
     /// made there directly).
     #[arg(long, default_value = "memfs")]
     backend: String,
+    /// The kernel's writeback cache: writes land in the kernel's page
+    /// cache and reach rcuvfs in large batches (at fsync, close or under
+    /// memory pressure), as on a local filesystem. Off by default: with it
+    /// a write's errors (ENOSPC) show at fsync or close, not at write.
+    #[arg(long)]
+    writeback_cache: bool,
     /// Dentries the cache holds itself to before the shrinker prunes
     /// (default: the library's, 1,048,576, or less for a backend with an
     /// inode budget).
@@ -116,7 +123,11 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     }
     let vfs = b.build()?;
     let ttl = if args.no_kernel_cache { Duration::ZERO } else { Duration::from_secs(1) };
-    let server = Server::new(vfs, ttl);
+    // memfs changes only through this mount, so the kernel's cached data
+    // of a file stays true across opens (keep_cache); a passthrough file
+    // may change on the host, so its data is read again at each open.
+    let data = DataCache { keep: args.backend == "memfs", writeback: args.writeback_cache };
+    let server = Server::new(vfs, ttl, data);
 
     let mut config = Config::default();
     config.mount_options = vec![
@@ -173,8 +184,18 @@ struct Node {
     nlookup: u64,
 }
 
+/// How the kernel may cache file data.
+#[derive(Clone, Copy)]
+struct DataCache {
+    /// `FOPEN_KEEP_CACHE` on every open.
+    keep: bool,
+    /// `FUSE_WRITEBACK_CACHE`.
+    writeback: bool,
+}
+
 struct Server {
     vfs: Vfs,
+    data: DataCache,
     /// The library's root inode number (swapped with FUSE's 1).
     root_ino: u64,
     ttl: Duration,
@@ -223,13 +244,13 @@ fn groups(pid: u32) -> Vec<u32> {
 }
 
 impl Server {
-    fn new(vfs: Vfs, ttl: Duration) -> Server {
+    fn new(vfs: Vfs, ttl: Duration, data: DataCache) -> Server {
         let root = vfs.root_entry();
         let root_ino = root.ino();
         let nodes = DashMap::new();
         // The root is never forgotten.
         nodes.insert(1, Node { entry: root, nlookup: 1 });
-        Server { vfs, root_ino, ttl, nodes, files: DashMap::new(), next_fh: AtomicU64::new(1) }
+        Server { vfs, data, root_ino, ttl, nodes, files: DashMap::new(), next_fh: AtomicU64::new(1) }
     }
 
     /// FUSE node id <-> library inode number.
@@ -311,10 +332,48 @@ impl Server {
         }
     }
 
+    /// Files opened for the kernel keep its cached data (memfs).
+    fn fopen_flags(&self) -> FopenFlags {
+        if self.data.keep {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    /// Records a file the caller opened (its permission checked with its
+    /// flags). With the writeback cache the kernel reads through any handle
+    /// (to fill a page it writes part of) and places appends itself, so the
+    /// handle is reopened read-write by the server, without O_APPEND, as
+    /// libfuse's passthrough_hp does.
+    fn add_open(&self, file: File, e: &Entry, flags: i32) -> Result<FileHandle, Errno> {
+        if !self.data.writeback {
+            return Ok(self.add_file(file, flags & libc::O_APPEND != 0));
+        }
+        let rw = if flags & libc::O_ACCMODE == libc::O_RDWR {
+            file
+        } else {
+            self.vfs.open_entry(e, OpenOptions::new().read(true).write(true)).map_err(errno)?
+        };
+        Ok(self.add_file(rw, false))
+    }
+
     fn add_file(&self, file: File, append: bool) -> FileHandle {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.files.insert(fh, Arc::new(OpenFile { file, append }));
         FileHandle(fh)
+    }
+}
+
+/// A variable-sized answer as FUSE asks it: size 0 asks the length; a
+/// buffer too small is ERANGE.
+fn reply_sized(reply: ReplyXattr, size: u32, data: &[u8]) {
+    if size == 0 {
+        reply.size(data.len() as u32);
+    } else if data.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(data);
     }
 }
 
@@ -330,6 +389,20 @@ impl fuser::Filesystem for Server {
         // readdirplus fills the kernel's dcache while listing; the kernel
         // decides per directory (READDIRPLUS_AUTO). Both are optional.
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        // Lookups and listings of one directory in parallel (the kernel
+        // otherwise serializes them on the directory's inode lock).
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // Requests as large as the kernel allows: fuser asks 16 MiB writes
+        // (the kernel clamps to its max_pages limit), and readahead as
+        // large as the kernel proposes.
+        if let Err(max) = config.set_max_readahead(u32::MAX) {
+            let _ = config.set_max_readahead(max);
+        }
+        if self.data.writeback {
+            config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .map_err(|_| io::Error::other("the kernel has no FUSE writeback cache"))?;
+        }
         Ok(())
     }
 
@@ -505,10 +578,10 @@ impl fuser::Filesystem for Server {
         let r = (|| {
             let e = self.entry(ino)?;
             let f = self.view(req).open_entry(&e, &OpenOptions::from_flags(flags.0)).map_err(errno)?;
-            Ok(self.add_file(f, flags.0 & libc::O_APPEND != 0))
+            self.add_open(f, &e, flags.0)
         })();
         match r {
-            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+            Ok(fh) => reply.opened(fh, self.fopen_flags()),
             Err(e) => reply.error(e),
         }
     }
@@ -529,11 +602,12 @@ impl fuser::Filesystem for Server {
             let mut o = OpenOptions::from_flags(flags | libc::O_CREAT);
             o.mode(mode & 0o7777);
             let f = v.open_at(&p, name, &o).map_err(errno)?;
-            let attr = self.lookup_entry(&v, &p, name)?;
-            Ok((attr, self.add_file(f, flags & libc::O_APPEND != 0)))
+            let e = v.lookup_at(&p, name).map_err(errno)?;
+            let fh = self.add_open(f, &e, flags)?;
+            Ok((self.remember(e)?, fh))
         })();
         match r {
-            Ok((attr, fh)) => reply.created(&self.ttl, &attr, Generation(0), fh, FopenFlags::empty()),
+            Ok((attr, fh)) => reply.created(&self.ttl, &attr, Generation(0), fh, self.fopen_flags()),
             Err(e) => reply.error(e),
         }
     }
@@ -549,17 +623,24 @@ impl fuser::Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let r = (|| {
-            let f = self.file(fh)?;
-            let mut buf = vec![0u8; size as usize];
-            let n = f.file.read_at(&mut buf, offset).map_err(errno)?;
-            buf.truncate(n);
-            Ok(buf)
-        })();
-        match r {
-            Ok(b) => reply.data(&b),
-            Err(e) => reply.error(e),
+        thread_local! {
+            /// Each worker's read buffer, kept between requests: a fresh
+            /// megabyte per read cost its zeroing (and its page faults).
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
+        let f = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        BUF.with_borrow_mut(|buf| {
+            if buf.len() < size as usize {
+                buf.resize(size as usize, 0);
+            }
+            match f.file.read_at(&mut buf[..size as usize], offset) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn write(
@@ -708,27 +789,51 @@ impl fuser::Filesystem for Server {
 
     fn setxattr(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::ENOTSUP);
+        let r = (|| {
+            let e = self.entry(ino)?;
+            let how = XattrSet::from_bits(flags).map_err(errno)?;
+            self.view(req).set_xattr_entry(&e, name, value, how).map_err(errno)
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOTSUP);
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.entry(ino).and_then(|e| self.view(req).get_xattr_entry(&e, name).map_err(errno)) {
+            Ok(v) => reply_sized(reply, size, &v),
+            Err(e) => reply.error(e),
+        }
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOTSUP);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.entry(ino).and_then(|e| self.view(req).list_xattr_entry(&e).map_err(errno)) {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for n in names {
+                    list.extend_from_slice(n.as_bytes());
+                    list.push(0);
+                }
+                reply_sized(reply, size, &list)
+            }
+            Err(e) => reply.error(e),
+        }
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENOTSUP);
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.entry(ino) {
+            Ok(e) => done(reply, self.view(req).remove_xattr_entry(&e, name)),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {

@@ -124,6 +124,35 @@ pub(crate) struct Inode {
     owner: AtomicPtr<Super>,
     /// memfs: a directory's entries (an index closed when it is removed).
     pub(crate) entries: Index<crate::fs::memfs::Dirent>,
+    /// memfs: the extended attributes, an immutable list replaced whole by
+    /// each change and read under RCU (null: none).
+    xattrs: AtomicPtr<Xattrs>,
+}
+
+/// An inode's extended attributes, sorted by name.
+#[derive(Clone, Default)]
+pub(crate) struct Xattrs(pub Vec<(Box<[u8]>, Box<[u8]>)>);
+
+impl Xattrs {
+    pub fn find(&self, name: &[u8]) -> std::result::Result<usize, usize> {
+        self.0.binary_search_by(|(n, _)| (**n).cmp(name))
+    }
+
+    /// Bytes charged for them: names and values.
+    pub fn bytes(&self) -> u64 {
+        self.0.iter().map(|(n, v)| (n.len() + v.len()) as u64).sum()
+    }
+}
+
+impl Drop for Inode {
+    fn drop(&mut self) {
+        let x = self.xattrs.load(Ordering::Relaxed);
+        if !x.is_null() {
+            // SAFETY: the inode is being freed (after its grace period), so
+            // no reader holds its list.
+            drop(unsafe { Box::from_raw(x) });
+        }
+    }
 }
 
 // SAFETY: `owner` points at a superblock that outlives the inode (teardown
@@ -175,6 +204,62 @@ impl Inode {
             nlookup: AtomicU64::new(0),
             sb: Node::new(a.ino),
             entries: Index::new(),
+            xattrs: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// The bytes of the extended attributes of an inode being freed (no
+    /// one can change them any more).
+    pub(crate) fn xattr_bytes_when_freed(&self) -> u64 {
+        // SAFETY: the list is freed only with the inode, which is still
+        // here (its grace period has not even begun).
+        unsafe { self.xattrs.load(Ordering::Acquire).as_ref() }.map_or(0, |x| x.bytes())
+    }
+
+    /// The extended attributes (memfs), for a reader in a read section of
+    /// the inode's RCU domain.
+    pub(crate) fn xattrs<'g>(&'g self, _g: &'g crate::sync::RcuGuard<'_>) -> Option<&'g Xattrs> {
+        // Acquire: pairs with the Release in `update_xattrs`, so the list
+        // is initialized. SAFETY: a replaced list is retired through the
+        // domain the caller reads in.
+        unsafe { self.xattrs.load(Ordering::Acquire).as_ref() }
+    }
+
+    /// Replaces the extended attributes with what `f` makes of the current
+    /// ones (copy on write; retried if another change came first). `f`
+    /// returns the new list (`None`: none left) and a value passed back.
+    /// `undo` takes back what `f` did (a charge) when the list it made lost
+    /// the race and `f` runs again.
+    pub(crate) fn update_xattrs<R>(
+        &self,
+        rcu: &Rcu,
+        mut f: impl FnMut(Option<&Xattrs>) -> crate::error::Result<(Option<Xattrs>, R)>,
+        mut undo: impl FnMut(&R),
+    ) -> crate::error::Result<R> {
+        let g = rcu.read_lock();
+        loop {
+            let cur = self.xattrs.load(Ordering::Acquire);
+            // SAFETY: as in `xattrs`; we are in a read section.
+            let (new, r) = f(unsafe { cur.as_ref() })?;
+            let new = new.map_or(std::ptr::null_mut(), |x| Box::into_raw(Box::new(x)));
+            // Release: the new list is initialized before it is reachable.
+            match self.xattrs.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    drop(g);
+                    if !cur.is_null() {
+                        // SAFETY: unreachable now; readers are waited out.
+                        unsafe { rcu.retire_box(cur) };
+                    }
+                    return Ok(r);
+                }
+                Err(_) => {
+                    undo(&r);
+                    if !new.is_null() {
+                        // SAFETY: never published.
+                        drop(unsafe { Box::from_raw(new) });
+                    }
+                }
+            }
         }
     }
 

@@ -41,7 +41,7 @@ pub use {
     cred::Cred,
     file::{File, OpenOptions},
     filemap::CacheMode,
-    fs::{FileSystem, FileType, RenameFlags, SetAttr, SetTime},
+    fs::{FileSystem, FileType, RenameFlags, SetAttr, SetTime, XattrSet},
     modes::{Layout, RefMode},
     sync::list_batch::ListMode,
     vfs::{DirEntry, DirEntryPlus, Entry, Metadata, Permissions, ReadDir, Stats, TreeWalk, Vfs, VfsBuilder, WalkEntry},

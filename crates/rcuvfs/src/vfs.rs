@@ -45,6 +45,7 @@ use crate::sync::list_batch::ListMode;
 use crate::sync::{Mutex, MutexGuard};
 
 mod dir;
+mod xattr;
 pub use dir::{DirEntry, DirEntryPlus, ReadDir, TreeWalk, WalkEntry};
 
 pub(crate) struct Shared {

@@ -322,9 +322,17 @@ fn map_chunk() -> Option<usize> {
         if end > base + CHUNK {
             libc::munmap((base + CHUNK) as *mut libc::c_void, end - (base + CHUNK));
         }
+        // Fault the chunk in with one call rather than one fault per page
+        // (a third of a write's time went to page faults); older kernels
+        // answer EINVAL and the pages fault in as they are touched.
+        libc::madvise(base as *mut libc::c_void, CHUNK, MADV_POPULATE_WRITE);
         Some(base)
     }
 }
+
+/// `MADV_POPULATE_WRITE` (Linux 5.14).
+#[cfg(not(any(loom, miri)))]
+const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 #[cfg(all(test, not(loom), not(miri)))]
 mod tests {

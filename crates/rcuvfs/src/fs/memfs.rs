@@ -59,8 +59,9 @@ use std::sync::{Arc, OnceLock};
 
 use super::{
     Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec, WritePos,
+    XattrSet, XATTR_LIST_MAX,
 };
-use crate::error::{err, fail, Result, EEXIST, EINVAL, EISDIR, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
+use crate::error::{err, fail, Result, EEXIST, EINVAL, EISDIR, ENODATA, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
 use crate::filemap::{Accounting, CacheMode, PageCache, PAGE};
 use crate::inode::{Inode, InodeTable, Super};
 use crate::sync::atomic::{prefetch, AtomicPtr, Ordering};
@@ -193,8 +194,10 @@ impl Usage {
         if let Some(l) = &self.limited {
             l.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }
-        if let Some(t) = i.link.get() {
-            self.bytes.fetch_sub(t.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let mut bytes = i.link.get().map_or(0, |t| t.len() as u64);
+        bytes += i.xattr_bytes_when_freed();
+        if bytes > 0 {
+            self.bytes.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -593,6 +596,44 @@ impl MemFs {
             dir.touch_atime(t);
         }
         Ok(out)
+    }
+
+    /// Sets (`Some`) or removes (`None`) an extended attribute: a new list
+    /// replaces the old (readers keep the one they loaded), the change in
+    /// bytes is charged against the size limit, and ctime is set.
+    fn change_xattr(&self, ino: Ino, name: &[u8], set: Option<(&[u8], XattrSet)>) -> Result<()> {
+        let g = self.rcu().read_lock();
+        let i = self.get(&g, ino)?;
+        let limit = self.opts.max_bytes;
+        i.update_xattrs(
+            self.rcu(),
+            |cur| {
+                let mut x = cur.cloned().unwrap_or_default();
+                let before = x.bytes() as i64;
+                match (x.find(name), set) {
+                    (Ok(_), Some((_, XattrSet::Create))) => return fail(EEXIST),
+                    (Err(_), Some((_, XattrSet::Replace))) | (Err(_), None) => return fail(ENODATA),
+                    (Ok(k), Some((v, _))) => x.0[k].1 = v.into(),
+                    (Err(k), Some((v, _))) => x.0.insert(k, (name.into(), v.into())),
+                    (Ok(k), None) => {
+                        x.0.remove(k);
+                    }
+                }
+                // The list, as listxattr returns it, must fit its limit.
+                if x.0.iter().map(|(n, _)| n.len() + 1).sum::<usize>() > XATTR_LIST_MAX {
+                    return fail(ENOSPC);
+                }
+                let delta = x.bytes() as i64 - before;
+                charge(&self.usage.bytes, limit, delta)?;
+                Ok((if x.0.is_empty() { None } else { Some(x) }, delta))
+            },
+            |&delta| {
+                let _ = charge(&self.usage.bytes, limit, -delta);
+            },
+        )?;
+        let t = now();
+        i.update(|a| a.ctime = t);
+        Ok(())
     }
 
     fn not_a_file(i: &Inode) -> std::io::Error {
@@ -1008,6 +1049,29 @@ impl FileSystem for MemFs {
 
     fn readdir(&self, ino: Ino, offset: u64) -> Result<Vec<DirEntry>> {
         self.list(ino, offset, |e, _, _| e)
+    }
+
+    fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        let g = self.rcu().read_lock();
+        let x = self.get(&g, ino)?.xattrs(&g);
+        match x.map(|x| (x, x.find(name))) {
+            Some((x, Ok(k))) => Ok(x.0[k].1.to_vec()),
+            _ => fail(ENODATA),
+        }
+    }
+
+    fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        self.change_xattr(ino, name, Some((value, how)))
+    }
+
+    fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        let g = self.rcu().read_lock();
+        let x = self.get(&g, ino)?.xattrs(&g);
+        Ok(x.map_or_else(Vec::new, |x| x.0.iter().map(|(n, _)| n.to_vec()).collect()))
+    }
+
+    fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
+        self.change_xattr(ino, name, None)
     }
 
     fn readdir_plus(&self, ino: Ino, offset: u64) -> Result<Vec<(DirEntry, Option<Attr>)>> {

@@ -190,6 +190,38 @@ impl RenameFlags {
     }
 }
 
+/// The longest extended attribute name (`XATTR_NAME_MAX`).
+pub const XATTR_NAME_MAX: usize = 255;
+/// The largest extended attribute value (`XATTR_SIZE_MAX`).
+pub const XATTR_SIZE_MAX: usize = 65536;
+/// The largest list of names, NUL-terminated (`XATTR_LIST_MAX`).
+pub const XATTR_LIST_MAX: usize = 65536;
+
+/// How `setxattr` treats an existing attribute (`XATTR_CREATE`,
+/// `XATTR_REPLACE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XattrSet {
+    /// Create it or replace it (flags 0).
+    #[default]
+    Either,
+    /// EEXIST if it exists (`XATTR_CREATE`).
+    Create,
+    /// ENODATA if it does not (`XATTR_REPLACE`).
+    Replace,
+}
+
+impl XattrSet {
+    /// From `setxattr`'s flags; EINVAL on unknown bits or both.
+    pub fn from_bits(flags: i32) -> Result<XattrSet> {
+        match flags {
+            0 => Ok(XattrSet::Either),
+            libc::XATTR_CREATE => Ok(XattrSet::Create),
+            libc::XATTR_REPLACE => Ok(XattrSet::Replace),
+            _ => crate::error::fail(libc::EINVAL),
+        }
+    }
+}
+
 /// The owner of a new inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Owner {
@@ -251,6 +283,31 @@ pub trait FileSystem: Send + Sync + 'static {
     /// lookup per entry for its attributes. The default has none.
     fn readdir_plus(&self, ino: Ino, offset: u64) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         Ok(self.readdir(ino, offset)?.into_iter().map(|e| (e, None)).collect())
+    }
+
+    /// The value of the extended attribute `name` of `ino`: ENODATA if it
+    /// has none. The VFS has checked the name (its namespace and length)
+    /// and the caller's permission. The default: EOPNOTSUPP, as a Linux
+    /// filesystem without xattr handlers.
+    fn getxattr(&self, _ino: Ino, _name: &[u8]) -> Result<Vec<u8>> {
+        crate::error::fail(libc::EOPNOTSUPP)
+    }
+
+    /// Sets the extended attribute `name` (value at most 64 KiB, checked by
+    /// the VFS), and ctime. ENOSPC where the filesystem has no room.
+    fn setxattr(&self, _ino: Ino, _name: &[u8], _value: &[u8], _how: XattrSet) -> Result<()> {
+        crate::error::fail(libc::EOPNOTSUPP)
+    }
+
+    /// The names of `ino`'s extended attributes (all namespaces; the VFS
+    /// hides what the caller may not see). The default has none.
+    fn listxattr(&self, _ino: Ino) -> Result<Vec<Vec<u8>>> {
+        Ok(Vec::new())
+    }
+
+    /// Removes the extended attribute `name`: ENODATA if absent.
+    fn removexattr(&self, _ino: Ino, _name: &[u8]) -> Result<()> {
+        crate::error::fail(libc::EOPNOTSUPP)
     }
 
     /// Reads at `offset`; returns 0 at or past the end.

@@ -7,9 +7,12 @@
 //! descriptor; every operation is the matching *at() call on a node's
 //! descriptor (`openat`, `fstatat`, `mkdirat`, `mknodat`, `symlinkat`,
 //! `linkat`, `unlinkat`, `renameat2`, `readlinkat`, `fchownat`, `getdents64`;
-//! `chmod`, `truncate`, `utimensat` and data I/O go through
-//! `/proc/self/fd/N`, as virtiofsd does, since an `O_PATH` descriptor
-//! cannot carry them). File data goes through `pread` and `pwrite` on a
+//! `chmod`, `truncate`, `utimensat`, extended attributes and data I/O go
+//! through `/proc/self/fd/N`, as virtiofsd does, since an `O_PATH`
+//! descriptor cannot carry them). A symlink's extended attributes are not
+//! served (none listed, ENODATA, EPERM to set): the `/proc` path of its
+//! descriptor would follow it, and Linux allows no `user.` attribute on a
+//! symlink anyway (libfuse's passthrough_ll does the same). File data goes through `pread` and `pwrite` on a
 //! descriptor opened once per node, deliberately not through rcuvfs's page
 //! cache: the host kernel's page cache already holds the data, and a second
 //! copy in this process could not be kept coherent with other programs
@@ -208,6 +211,27 @@ fn check(r: libc::c_int) -> Result<libc::c_int> {
 
 fn proc_path(fd: RawFd) -> CString {
     CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL")
+}
+
+/// Reads a variable-sized answer (`getxattr`, `listxattr`): asks the
+/// size, then reads, again if it grew in between (ERANGE).
+fn sized_read(mut call: impl FnMut(*mut u8, usize) -> libc::ssize_t) -> Result<Vec<u8>> {
+    loop {
+        let n = call(std::ptr::null_mut(), 0);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut buf = vec![0u8; n as usize];
+        let m = call(buf.as_mut_ptr(), buf.len());
+        if m >= 0 {
+            buf.truncate(m as usize);
+            return Ok(buf);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ERANGE) {
+            return Err(e);
+        }
+    }
 }
 
 fn kind_of(mode: u32) -> FileType {
@@ -816,6 +840,54 @@ impl FileSystem for Passthrough {
         }
         buf.truncate(r as usize);
         Ok(buf)
+    }
+
+    fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        let n = self.inner.node(ino)?;
+        if n.kind == FileType::Symlink {
+            return fail(libc::ENODATA); // see the module doc
+        }
+        let (p, name) = (proc_path(n.fd.as_raw_fd()), cstr(name)?);
+        // SAFETY: valid C strings; a null buffer of size 0 asks the size.
+        sized_read(|buf, len| unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.cast(), len) })
+    }
+
+    fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], how: super::XattrSet) -> Result<()> {
+        let n = self.inner.node(ino)?;
+        if n.kind == FileType::Symlink {
+            return fail(libc::EPERM);
+        }
+        let flags = match how {
+            super::XattrSet::Either => 0,
+            super::XattrSet::Create => libc::XATTR_CREATE,
+            super::XattrSet::Replace => libc::XATTR_REPLACE,
+        };
+        let (p, name) = (proc_path(n.fd.as_raw_fd()), cstr(name)?);
+        // SAFETY: valid C strings and a buffer valid for its length.
+        check(unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), flags) })?;
+        Ok(())
+    }
+
+    fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        let n = self.inner.node(ino)?;
+        if n.kind == FileType::Symlink {
+            return Ok(Vec::new());
+        }
+        let p = proc_path(n.fd.as_raw_fd());
+        // SAFETY: a valid C string; a null buffer of size 0 asks the size.
+        let list = sized_read(|buf, len| unsafe { libc::listxattr(p.as_ptr(), buf.cast(), len) })?;
+        Ok(list.split(|&b| b == 0).filter(|n| !n.is_empty()).map(<[u8]>::to_vec).collect())
+    }
+
+    fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
+        let n = self.inner.node(ino)?;
+        if n.kind == FileType::Symlink {
+            return fail(libc::EPERM);
+        }
+        let (p, name) = (proc_path(n.fd.as_raw_fd()), cstr(name)?);
+        // SAFETY: valid C strings.
+        check(unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) })?;
+        Ok(())
     }
 
     fn readdir(&self, ino: Ino, offset: u64) -> Result<Vec<DirEntry>> {
