@@ -46,7 +46,7 @@ fn watched() -> PassthroughOptions {
 }
 
 fn ttl_only() -> PassthroughOptions {
-    PassthroughOptions { watch: false, ttl: Duration::from_millis(50) }
+    PassthroughOptions { watch: false, ttl: Duration::from_millis(50), ..Default::default() }
 }
 
 /// Polls `f` until it holds, for at most 10 s: the test checks that the

@@ -92,6 +92,9 @@ use std::time::{Duration, Instant};
 
 use inotify::{EventMask, Inotify, WatchMask, Watches};
 
+mod fds;
+use fds::{FdCache, PathFd};
+
 use super::WritePos;
 use super::{
     Attr, DirEntry, FileSystem, FileType, Ino, Notify, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec,
@@ -106,11 +109,15 @@ pub struct PassthroughOptions {
     /// How long a cached name or attribute under an unwatched directory is
     /// trusted before it is checked again.
     pub ttl: Duration,
+    /// Nodes that may hold open descriptors at once, where nodes hold file
+    /// handles (see the `fds` module); `None`: a quarter of the descriptor
+    /// limit, at most 65,536.
+    pub descriptor_cache: Option<usize>,
 }
 
 impl Default for PassthroughOptions {
     fn default() -> Self {
-        PassthroughOptions { watch: true, ttl: Duration::from_secs(1) }
+        PassthroughOptions { watch: true, ttl: Duration::from_secs(1), descriptor_cache: None }
     }
 }
 
@@ -139,8 +146,15 @@ struct Node {
     /// (st_dev, st_ino) on the host.
     key: (u64, u64),
     kind: FileType,
-    /// An `O_PATH | O_NOFOLLOW` descriptor.
-    fd: OwnedFd,
+    /// An `O_PATH | O_NOFOLLOW` descriptor, or a handle that opens one
+    /// (see `fds`).
+    fd: PathFd,
+    /// This node, for the descriptor cache's queue.
+    me: Weak<Node>,
+    /// In the descriptor cache's queue.
+    queued: AtomicBool,
+    /// Unlinked through this filesystem while held: its descriptors stay.
+    pinned: AtomicBool,
     /// Lookup references (changed under `Inner::nodes`).
     nlookup: AtomicU64,
     /// A descriptor for data I/O, opened at first use, and whether it
@@ -160,19 +174,28 @@ struct Node {
 
 impl Node {
     /// A node with one lookup reference, for the object `attr` describes.
-    fn new(key: (u64, u64), fd: OwnedFd, attr: Attr) -> Arc<Node> {
-        Arc::new(Node {
+    fn new(key: (u64, u64), fd: OwnedFd, attr: Attr, cache: &FdCache) -> Arc<Node> {
+        let fd = PathFd::new(fd, cache);
+        let evictable = fd.evictable();
+        let node = Arc::new_cyclic(|me| Node {
             ino: attr.ino,
             key,
             kind: attr.kind,
             fd,
+            me: me.clone(),
+            queued: AtomicBool::new(false),
+            pinned: AtomicBool::new(false),
             nlookup: AtomicU64::new(1),
             data: Mutex::new(None),
             wd: Mutex::new(None),
             listing: Mutex::new(None),
             generation: AtomicU64::new(0),
             checked: Mutex::new((Instant::now(), attr)),
-        })
+        });
+        if evictable {
+            cache.opened(&node);
+        }
+        node
     }
 }
 
@@ -195,6 +218,8 @@ struct Inner {
     unwatched: AtomicBool,
     notify: OnceLock<Arc<dyn Notify>>,
     stats: Arc<PassthroughStats>,
+    /// The nodes' descriptors.
+    fds: FdCache,
 }
 
 fn cstr(name: &[u8]) -> Result<CString> {
@@ -300,8 +325,9 @@ impl Inner {
     fn lookup_node(&self, parent: &Node, name: &[u8]) -> Result<Attr> {
         let c = cstr(name)?;
         // SAFETY: valid descriptor and NUL-terminated name.
+        let pfd = self.fds.path_fd(parent)?;
         let fd = check(unsafe {
-            libc::openat(parent.fd.as_raw_fd(), c.as_ptr(), libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            libc::openat(pfd.as_raw_fd(), c.as_ptr(), libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         })?;
         // SAFETY: a descriptor we just opened and own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -318,7 +344,7 @@ impl Inner {
         }
         let ino = self.ino_for(&mut nodes, key);
         let a = self.attr(ino, &st);
-        let node = Node::new(key, fd, a.clone());
+        let node = Node::new(key, fd, a.clone(), &self.fds);
         nodes.by_key.insert(key, ino);
         nodes.by_ino.insert(ino, node.clone());
         let first_unwatched = node.kind == FileType::Dir && !self.watch(&mut nodes, &node);
@@ -350,7 +376,10 @@ impl Inner {
             | WatchMask::DELETE_SELF
             | WatchMask::MOVE_SELF
             | WatchMask::ONLYDIR;
-        let path = format!("/proc/self/fd/{}", node.fd.as_raw_fd());
+        let Ok(fd) = self.fds.path_fd(node) else {
+            return self.unwatched.swap(true, Ordering::Relaxed);
+        };
+        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
         // `watches` is released before `wd` is taken (the lock table).
         let added = w.lock().unwrap().add(Path::new(&path), mask);
         match added {
@@ -366,13 +395,15 @@ impl Inner {
 
     /// A descriptor for data I/O on `node`, writable if asked.
     fn data_fd(&self, node: &Node, write: bool) -> Result<Arc<OwnedFd>> {
-        let mut d = node.data.lock().unwrap();
-        if let Some((fd, w)) = &*d {
+        if let Some((fd, w)) = &*node.data.lock().unwrap() {
             if *w || !write {
                 return Ok(fd.clone());
             }
         }
-        let p = proc_path(node.fd.as_raw_fd());
+        // The path descriptor first, with no node lock held: opening it
+        // may evict other nodes' descriptors, under their locks.
+        let path = self.fds.path_fd(node)?;
+        let p = proc_path(path.as_raw_fd());
         let open = |flags| {
             // SAFETY: NUL-terminated path.
             check(unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC) })
@@ -384,8 +415,27 @@ impl Inner {
         };
         // SAFETY: just opened, owned here.
         let fd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
-        *d = Some((fd.clone(), w));
+        *node.data.lock().unwrap() = Some((fd.clone(), w));
+        self.fds.opened(node);
         Ok(fd)
+    }
+
+    /// The file `name` in `dir` is about to lose a link: if the VFS holds
+    /// its node, its descriptor stays open for the node's life (the file
+    /// may be open, and a handle to an unlinked inode may not open again).
+    fn pin_victim(&self, dir: &Node, name: &CStr) -> Result<()> {
+        let Ok(st) = stat_fd(self.fds.path_fd(dir)?.as_raw_fd(), Some(name)) else { return Ok(()) };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(());
+        }
+        let node = {
+            let nodes = self.nodes.read().unwrap();
+            nodes.by_key.get(&(st.st_dev, st.st_ino)).and_then(|i| nodes.by_ino.get(i).cloned())
+        };
+        match node {
+            Some(n) if n.fd.evictable() => self.fds.pin(&n),
+            _ => Ok(()),
+        }
     }
 
     /// A change through the VFS in directory `dir`: its listing is no
@@ -399,7 +449,7 @@ impl Inner {
     }
 
     fn getattr_node(&self, n: &Node) -> Result<Attr> {
-        Ok(self.attr(n.ino, &stat_fd(n.fd.as_raw_fd(), None)?))
+        Ok(self.attr(n.ino, &stat_fd(self.fds.path_fd(n)?.as_raw_fd(), None)?))
     }
 
     /// Applies the owner to a name just created (we run as root; the VFS
@@ -407,7 +457,13 @@ impl Inner {
     fn chown_new(&self, parent: &Node, name: &CStr, owner: Owner) -> Result<()> {
         // SAFETY: valid descriptor and NUL-terminated name.
         check(unsafe {
-            libc::fchownat(parent.fd.as_raw_fd(), name.as_ptr(), owner.uid, owner.gid, libc::AT_SYMLINK_NOFOLLOW)
+            libc::fchownat(
+                self.fds.path_fd(parent)?.as_raw_fd(),
+                name.as_ptr(),
+                owner.uid,
+                owner.gid,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
         })
         .map(drop)
     }
@@ -417,7 +473,11 @@ impl Inner {
     fn getdents(&self, dir: &Node, offset: u64) -> Result<Vec<DirEntry>> {
         // SAFETY: valid descriptor; "." is NUL-terminated.
         let fd = check(unsafe {
-            libc::openat(dir.fd.as_raw_fd(), c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            libc::openat(
+                self.fds.path_fd(dir)?.as_raw_fd(),
+                c".".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
         })?;
         // SAFETY: just opened, owned here.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -477,6 +537,23 @@ impl Inner {
 /// Every in-core inode holds a descriptor: raise the process's descriptor
 /// limit as far as allowed (the hard limit, and for root up to
 /// `fs.nr_open`), once.
+/// The process's soft descriptor limit, if it has one.
+fn fd_limit() -> Option<usize> {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    Some(rl.rlim_cur as usize)
+}
+
+/// Nodes that may hold cached descriptors at once (two each at most): a
+/// quarter of the limit after room for the process's own, and no more than
+/// 65,536 (reopening costs one `open_by_handle_at`).
+fn fd_budget() -> usize {
+    fd_limit().map_or(65536, |l| (l.saturating_sub(1024) / 4).min(65536))
+}
+
 fn raise_fd_limit() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -523,6 +600,7 @@ impl Passthrough {
         } else {
             (None, None)
         };
+        let budget = opts.descriptor_cache.unwrap_or_else(fd_budget);
         let inner = Arc::new(Inner {
             root_ino,
             root_dev: st.st_dev,
@@ -537,9 +615,10 @@ impl Passthrough {
             watches,
             notify: OnceLock::new(),
             stats: Arc::new(PassthroughStats::default()),
+            fds: FdCache::new(fd.as_raw_fd(), budget),
         });
         let a = inner.attr(root_ino, &st);
-        let root = Node::new((st.st_dev, st.st_ino), fd, a);
+        let root = Node::new((st.st_dev, st.st_ino), fd, a, &inner.fds);
         {
             let mut nodes = inner.nodes.write().unwrap();
             nodes.by_key.insert(root.key, root_ino);
@@ -555,6 +634,14 @@ impl Passthrough {
                 .map_err(|e| io::Error::new(e.kind(), format!("watcher thread: {e}")))?;
         }
         Ok(Passthrough { inner })
+    }
+
+    /// Whether nodes hold file handles (descriptors then are a bounded
+    /// cache), the nodes holding cached descriptors now, their bound, and
+    /// the descriptors reopened from handles so far.
+    pub fn descriptors(&self) -> (bool, usize, usize, usize) {
+        let f = &self.inner.fds;
+        (f.handles(), f.queued(), f.budget, f.reopened.load(Ordering::Relaxed))
     }
 
     /// The counters of this filesystem (they outlive it).
@@ -678,7 +765,8 @@ impl FileSystem for Passthrough {
     fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
         let inner = &*self.inner;
         let n = inner.node(ino)?;
-        let fd = n.fd.as_raw_fd();
+        let path = inner.fds.path_fd(&n)?;
+        let fd = path.as_raw_fd();
         let p = proc_path(fd);
         if set.uid.is_some() || set.gid.is_some() {
             let (u, g) = (set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX));
@@ -724,7 +812,7 @@ impl FileSystem for Passthrough {
         // SAFETY: valid descriptor, NUL-terminated name.
         let fd = check(unsafe {
             libc::openat(
-                p.fd.as_raw_fd(),
+                inner.fds.path_fd(&p)?.as_raw_fd(),
                 c.as_ptr(),
                 libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
                 perm as libc::c_uint,
@@ -742,12 +830,12 @@ impl FileSystem for Passthrough {
         let p = inner.dir(parent)?;
         let c = cstr(name)?;
         // SAFETY: valid descriptor, NUL-terminated name.
-        check(unsafe { libc::mkdirat(p.fd.as_raw_fd(), c.as_ptr(), perm as libc::mode_t) })?;
+        check(unsafe { libc::mkdirat(inner.fds.path_fd(&p)?.as_raw_fd(), c.as_ptr(), perm as libc::mode_t) })?;
         inner.touched(&p);
         inner.chown_new(&p, &c, owner)?;
         // mkdir applies the process umask: set the bits asked for.
         // SAFETY: valid descriptor, NUL-terminated name.
-        check(unsafe { libc::fchmodat(p.fd.as_raw_fd(), c.as_ptr(), perm as libc::mode_t, 0) })?;
+        check(unsafe { libc::fchmodat(inner.fds.path_fd(&p)?.as_raw_fd(), c.as_ptr(), perm as libc::mode_t, 0) })?;
         inner.lookup_node(&p, name)
     }
 
@@ -757,11 +845,13 @@ impl FileSystem for Passthrough {
         let c = cstr(name)?;
         let mode = kind.mode_bits() | perm;
         // SAFETY: valid descriptor, NUL-terminated name.
-        check(unsafe { libc::mknodat(p.fd.as_raw_fd(), c.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t) })?;
+        check(unsafe {
+            libc::mknodat(inner.fds.path_fd(&p)?.as_raw_fd(), c.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t)
+        })?;
         inner.touched(&p);
         inner.chown_new(&p, &c, owner)?;
         // SAFETY: as above.
-        check(unsafe { libc::fchmodat(p.fd.as_raw_fd(), c.as_ptr(), perm as libc::mode_t, 0) })?;
+        check(unsafe { libc::fchmodat(inner.fds.path_fd(&p)?.as_raw_fd(), c.as_ptr(), perm as libc::mode_t, 0) })?;
         inner.lookup_node(&p, name)
     }
 
@@ -770,7 +860,7 @@ impl FileSystem for Passthrough {
         let p = inner.dir(parent)?;
         let (c, t) = (cstr(name)?, cstr(target)?);
         // SAFETY: valid descriptor, NUL-terminated strings.
-        check(unsafe { libc::symlinkat(t.as_ptr(), p.fd.as_raw_fd(), c.as_ptr()) })?;
+        check(unsafe { libc::symlinkat(t.as_ptr(), inner.fds.path_fd(&p)?.as_raw_fd(), c.as_ptr()) })?;
         inner.touched(&p);
         inner.chown_new(&p, &c, owner)?;
         inner.lookup_node(&p, name)
@@ -783,10 +873,17 @@ impl FileSystem for Passthrough {
             return fail(libc::EPERM);
         }
         let c = cstr(name)?;
-        let src = proc_path(n.fd.as_raw_fd());
+        let src_fd = inner.fds.path_fd(&n)?;
+        let src = proc_path(src_fd.as_raw_fd());
         // SAFETY: NUL-terminated strings, valid descriptor.
         check(unsafe {
-            libc::linkat(libc::AT_FDCWD, src.as_ptr(), p.fd.as_raw_fd(), c.as_ptr(), libc::AT_SYMLINK_FOLLOW)
+            libc::linkat(
+                libc::AT_FDCWD,
+                src.as_ptr(),
+                inner.fds.path_fd(&p)?.as_raw_fd(),
+                c.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
         })?;
         inner.touched(&p);
         inner.lookup_node(&p, name)
@@ -796,8 +893,9 @@ impl FileSystem for Passthrough {
         let inner = &*self.inner;
         let p = inner.dir(parent)?;
         let c = cstr(name)?;
+        inner.pin_victim(&p, &c)?;
         // SAFETY: valid descriptor, NUL-terminated name.
-        check(unsafe { libc::unlinkat(p.fd.as_raw_fd(), c.as_ptr(), 0) })?;
+        check(unsafe { libc::unlinkat(inner.fds.path_fd(&p)?.as_raw_fd(), c.as_ptr(), 0) })?;
         inner.touched(&p);
         Ok(())
     }
@@ -807,7 +905,7 @@ impl FileSystem for Passthrough {
         let p = inner.dir(parent)?;
         let c = cstr(name)?;
         // SAFETY: valid descriptor, NUL-terminated name.
-        check(unsafe { libc::unlinkat(p.fd.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) })?;
+        check(unsafe { libc::unlinkat(inner.fds.path_fd(&p)?.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) })?;
         inner.touched(&p);
         Ok(())
     }
@@ -823,8 +921,12 @@ impl FileSystem for Passthrough {
         if flags.exchange {
             f |= libc::RENAME_EXCHANGE;
         }
+        if !flags.exchange {
+            inner.pin_victim(&np, &b)?;
+        }
+        let (pfd, npfd) = (inner.fds.path_fd(&p)?, inner.fds.path_fd(&np)?);
         // SAFETY: valid descriptors, NUL-terminated names.
-        check(unsafe { libc::renameat2(p.fd.as_raw_fd(), a.as_ptr(), np.fd.as_raw_fd(), b.as_ptr(), f) })?;
+        check(unsafe { libc::renameat2(pfd.as_raw_fd(), a.as_ptr(), npfd.as_raw_fd(), b.as_ptr(), f) })?;
         inner.touched(&p);
         inner.touched(&np);
         Ok(())
@@ -834,7 +936,9 @@ impl FileSystem for Passthrough {
         let n = self.inner.node(ino)?;
         let mut buf = vec![0u8; libc::PATH_MAX as usize];
         // SAFETY: valid descriptor, empty path, buffer valid for its length.
-        let r = unsafe { libc::readlinkat(n.fd.as_raw_fd(), c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        let r = unsafe {
+            libc::readlinkat(self.inner.fds.path_fd(&n)?.as_raw_fd(), c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -847,7 +951,8 @@ impl FileSystem for Passthrough {
         if n.kind == FileType::Symlink {
             return fail(libc::ENODATA); // see the module doc
         }
-        let (p, name) = (proc_path(n.fd.as_raw_fd()), cstr(name)?);
+        let fd = self.inner.fds.path_fd(&n)?;
+        let (p, name) = (proc_path(fd.as_raw_fd()), cstr(name)?);
         // SAFETY: valid C strings; a null buffer of size 0 asks the size.
         sized_read(|buf, len| unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.cast(), len) })
     }
@@ -862,7 +967,8 @@ impl FileSystem for Passthrough {
             super::XattrSet::Create => libc::XATTR_CREATE,
             super::XattrSet::Replace => libc::XATTR_REPLACE,
         };
-        let (p, name) = (proc_path(n.fd.as_raw_fd()), cstr(name)?);
+        let fd = self.inner.fds.path_fd(&n)?;
+        let (p, name) = (proc_path(fd.as_raw_fd()), cstr(name)?);
         // SAFETY: valid C strings and a buffer valid for its length.
         check(unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), flags) })?;
         Ok(())
@@ -873,7 +979,8 @@ impl FileSystem for Passthrough {
         if n.kind == FileType::Symlink {
             return Ok(Vec::new());
         }
-        let p = proc_path(n.fd.as_raw_fd());
+        let fd = self.inner.fds.path_fd(&n)?;
+        let p = proc_path(fd.as_raw_fd());
         // SAFETY: a valid C string; a null buffer of size 0 asks the size.
         let list = sized_read(|buf, len| unsafe { libc::listxattr(p.as_ptr(), buf.cast(), len) })?;
         Ok(list.split(|&b| b == 0).filter(|n| !n.is_empty()).map(<[u8]>::to_vec).collect())
@@ -884,7 +991,8 @@ impl FileSystem for Passthrough {
         if n.kind == FileType::Symlink {
             return fail(libc::EPERM);
         }
-        let (p, name) = (proc_path(n.fd.as_raw_fd()), cstr(name)?);
+        let fd = self.inner.fds.path_fd(&n)?;
+        let (p, name) = (proc_path(fd.as_raw_fd()), cstr(name)?);
         // SAFETY: valid C strings.
         check(unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) })?;
         Ok(())
@@ -966,7 +1074,8 @@ impl FileSystem for Passthrough {
     fn statfs(&self) -> Result<StatFs> {
         let inner = &*self.inner;
         let root = inner.node(inner.root_ino)?;
-        let p = proc_path(root.fd.as_raw_fd());
+        let fd = inner.fds.path_fd(&root)?;
+        let p = proc_path(fd.as_raw_fd());
         // SAFETY: zeroed statvfs is valid; NUL-terminated path.
         let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
@@ -992,14 +1101,14 @@ impl FileSystem for Passthrough {
         if ino == 0 {
             // A cached miss: still a miss? (One fstatat each time: misses
             // carry no timestamp.)
-            return Ok(stat_fd(p.fd.as_raw_fd(), Some(&c)).is_err());
+            return Ok(stat_fd(inner.fds.path_fd(&p)?.as_raw_fd(), Some(&c)).is_err());
         }
         let Ok(n) = inner.node(ino) else { return Ok(false) };
         let mut checked = n.checked.lock().unwrap();
         if checked.0.elapsed() < inner.opts.ttl {
             return Ok(true);
         }
-        let Ok(st) = stat_fd(p.fd.as_raw_fd(), Some(&c)) else { return Ok(false) };
+        let Ok(st) = stat_fd(inner.fds.path_fd(&p)?.as_raw_fd(), Some(&c)) else { return Ok(false) };
         let a = inner.attr(ino, &st);
         if (st.st_dev, st.st_ino) != n.key || a != checked.1 {
             return Ok(false); // another object, or changed: look it up again
@@ -1013,14 +1122,13 @@ impl FileSystem for Passthrough {
     }
 
     fn inode_budget(&self) -> Option<usize> {
-        let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: valid out pointer.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
+        if self.inner.fds.handles() {
+            // Nodes hold handles; their descriptors are a bounded cache.
             return None;
         }
         // A path descriptor per inode, a data descriptor per file read or
         // written, and room for the process's own.
-        Some((rl.rlim_cur as usize).saturating_sub(1024) / 2)
+        fd_limit().map(|l| l.saturating_sub(1024) / 2)
     }
 }
 

@@ -1,0 +1,226 @@
+//! Descriptors bounded whatever the number of nodes.
+//!
+//! A node kept an `O_PATH` descriptor for as long as anything cached it (the
+//! VFS, or the kernel above a FUSE mount, which may cache hundreds of
+//! thousands of names), and a data descriptor besides once read or
+//! written: a copy of a tree of 10,876 entries reached a hard limit of
+//! 20,000 descriptors. Now a node on the served filesystem holds a file
+//! handle (`name_to_handle_at`: a few bytes, no descriptor), and its
+//! descriptors are a cache: opened again with `open_by_handle_at` when an
+//! operation needs them, and closed, oldest first, once more than
+//! [`FdCache::budget`] nodes hold some. An operation holds the descriptor
+//! it uses (an `Arc`), so an eviction never closes one in use.
+//!
+//! Handles need `CAP_DAC_READ_SEARCH` (`open_by_handle_at`) and a
+//! filesystem that exports them; where either is missing, and for objects
+//! on other filesystems mounted inside the tree, a node keeps its `O_PATH`
+//! descriptor for life, as before (its data descriptor is still a cache).
+//!
+//! A node whose object was unlinked through this filesystem while the VFS
+//! still holds it (an open file, as POSIX keeps readable) is pinned: its
+//! descriptor is never evicted, since a handle to an unlinked inode may no
+//! longer open. One unlinked by another program while held here may answer
+//! ESTALE once its descriptors were evicted.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use super::{check, Node};
+use crate::error::Result;
+
+/// A `struct file_handle`, in 4-byte words (its header is two).
+pub(super) struct Handle(Box<[u32]>);
+
+/// `MAX_HANDLE_SZ`.
+const MAX_HANDLE: usize = 128;
+
+impl Handle {
+    /// The handle of what `fd` refers to, if it is on the mount `mount_id`
+    /// and its filesystem exports handles.
+    pub fn of(fd: RawFd, mount_id: libc::c_int) -> Option<Handle> {
+        let (h, id) = name_to_handle(fd)?;
+        (id == mount_id).then_some(h)
+    }
+
+    /// Opens what the handle refers to, `O_PATH`; ESTALE if it is gone.
+    pub fn open(&self, mount_fd: RawFd) -> Result<OwnedFd> {
+        let mut words = self.0.clone();
+        // SAFETY: `words` is a well-formed file_handle (header, then
+        // `handle_bytes` bytes), as name_to_handle_at wrote it.
+        let fd = check(unsafe {
+            libc::open_by_handle_at(
+                mount_fd,
+                words.as_mut_ptr().cast::<libc::file_handle>(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        })?;
+        // SAFETY: just opened, owned here.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+}
+
+/// `name_to_handle_at(fd, "", AT_EMPTY_PATH)`: the handle and mount id.
+fn name_to_handle(fd: RawFd) -> Option<(Handle, libc::c_int)> {
+    let mut words = vec![0u32; 2 + MAX_HANDLE / 4];
+    words[0] = MAX_HANDLE as u32; // handle_bytes: the room there is
+    let mut mount_id = 0;
+    // SAFETY: a buffer of the header plus MAX_HANDLE bytes, as announced;
+    // an empty path with AT_EMPTY_PATH.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            fd,
+            c"".as_ptr(),
+            words.as_mut_ptr().cast::<libc::file_handle>(),
+            &mut mount_id,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    let len = 2 + (words[0] as usize).div_ceil(4);
+    words.truncate(len);
+    Some((Handle(words.into_boxed_slice()), mount_id))
+}
+
+/// A node's path descriptor: for life, or cached and reopened from its
+/// handle.
+pub(super) struct PathFd {
+    handle: Option<Handle>,
+    open: Mutex<Option<Arc<OwnedFd>>>,
+}
+
+impl PathFd {
+    /// `fd` just opened for a new node; a handle is taken if `cache`
+    /// allows it (then `fd` is the first cached descriptor).
+    pub fn new(fd: OwnedFd, cache: &FdCache) -> PathFd {
+        let handle = cache.mount.as_ref().and_then(|(_, id)| Handle::of(fd.as_raw_fd(), *id));
+        PathFd { handle, open: Mutex::new(Some(Arc::new(fd))) }
+    }
+
+    pub fn evictable(&self) -> bool {
+        self.handle.is_some()
+    }
+}
+
+/// The nodes holding cached descriptors, oldest first, and the bound.
+pub(super) struct FdCache {
+    /// The served filesystem's root (any descriptor on the mount will do
+    /// for `open_by_handle_at`) and mount id; `None`: no handles here.
+    mount: Option<(OwnedFd, libc::c_int)>,
+    /// Nodes that may hold cached descriptors at once.
+    pub budget: usize,
+    queue: Mutex<VecDeque<Weak<Node>>>,
+    queued: AtomicUsize,
+    /// Descriptors opened from a handle (for tests and reports).
+    pub reopened: AtomicUsize,
+}
+
+impl FdCache {
+    /// A cache for the tree under `root`, whose nodes may hold `budget`
+    /// nodes' descriptors at once; handles only if they work here.
+    pub fn new(root: RawFd, budget: usize) -> FdCache {
+        // Probe: a handle of the root that opens again (EPERM without
+        // CAP_DAC_READ_SEARCH; EOPNOTSUPP where the filesystem has none).
+        // The mount descriptor may not be an `O_PATH` one (EBADF).
+        let mount = name_to_handle(root).and_then(|(h, id)| {
+            // SAFETY: a valid descriptor; "." is NUL-terminated.
+            let fd = check(unsafe {
+                libc::openat(root, c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            })
+            .ok()?;
+            // SAFETY: just opened, owned here.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            h.open(fd.as_raw_fd()).ok()?;
+            Some((fd, id))
+        });
+        FdCache {
+            mount,
+            budget: budget.max(16),
+            queue: Mutex::new(VecDeque::new()),
+            queued: AtomicUsize::new(0),
+            reopened: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether nodes here hold handles rather than descriptors.
+    pub fn handles(&self) -> bool {
+        self.mount.is_some()
+    }
+
+    /// The path descriptor of `node`, reopened from its handle if it was
+    /// evicted.
+    pub fn path_fd(&self, node: &Node) -> Result<Arc<OwnedFd>> {
+        let mut open = node.fd.open.lock().unwrap();
+        if let Some(fd) = &*open {
+            return Ok(fd.clone());
+        }
+        let (Some(h), Some((mount, _))) = (&node.fd.handle, &self.mount) else {
+            unreachable!("a node without a handle keeps its descriptor");
+        };
+        let fd = Arc::new(h.open(mount.as_raw_fd())?);
+        self.reopened.fetch_add(1, Ordering::Relaxed);
+        *open = Some(fd.clone());
+        drop(open);
+        self.opened(node);
+        Ok(fd)
+    }
+
+    /// `node` holds cached descriptors now: queue it (once), and evict the
+    /// oldest past the budget.
+    pub fn opened(&self, node: &Node) {
+        if node.pinned.load(Ordering::Relaxed) || node.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut q = self.queue.lock().unwrap();
+        q.push_back(node.me.clone());
+        let mut evict = Vec::new();
+        while q.len() > self.budget {
+            match q.pop_front().and_then(|w| w.upgrade()) {
+                Some(n) => evict.push(n),
+                None => continue,
+            }
+        }
+        self.queued.store(q.len(), Ordering::Relaxed);
+        drop(q);
+        for n in evict {
+            Self::close(&n);
+        }
+    }
+
+    /// Closes a node's cached descriptors (those in use stay open with
+    /// their users until they finish).
+    fn close(n: &Node) {
+        // Cleared first: a thread that opens a descriptor after the take
+        // below queues the node again.
+        n.queued.store(false, Ordering::Release);
+        if n.pinned.load(Ordering::Relaxed) {
+            return;
+        }
+        drop(n.data.lock().unwrap().take());
+        if n.fd.evictable() {
+            drop(n.fd.open.lock().unwrap().take());
+        }
+    }
+
+    /// Keeps `node`'s descriptor for as long as the node lives (its object
+    /// is being unlinked): opened now if it was evicted.
+    pub fn pin(&self, node: &Node) -> Result<()> {
+        let fd = self.path_fd(node)?;
+        node.pinned.store(true, Ordering::Relaxed);
+        // It may have been evicted between the open and the pin: put it
+        // back; the node holds it from now on.
+        let mut open = node.fd.open.lock().unwrap();
+        if open.is_none() {
+            *open = Some(fd);
+        }
+        Ok(())
+    }
+
+    /// Nodes holding cached descriptors now (at most the budget).
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+}
