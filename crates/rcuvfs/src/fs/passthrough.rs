@@ -4,7 +4,8 @@
 //! # Mapping
 //!
 //! Each object the VFS has looked up is a node holding an `O_PATH`
-//! descriptor; every operation is the matching *at() call on a node's
+//! descriptor (reopened from a file handle once evicted: see `fds`, which
+//! bounds how many are open); every operation is the matching *at() call on a node's
 //! descriptor (`openat`, `fstatat`, `mkdirat`, `mknodat`, `symlinkat`,
 //! `linkat`, `unlinkat`, `renameat2`, `readlinkat`, `fchownat`, `getdents64`;
 //! `chmod`, `truncate`, `utimensat`, extended attributes and data I/O go
@@ -577,9 +578,10 @@ fn raise_fd_limit() {
 }
 
 impl Passthrough {
-    /// Serves the host directory `dir`. Each in-core inode holds an
-    /// `O_PATH` descriptor, so the dcache target should stay below the
-    /// descriptor limit, which this raises as far as it may.
+    /// Serves the host directory `dir`. Raises the descriptor limit as far
+    /// as it may; in-core inodes hold file handles and a bounded cache of
+    /// descriptors (or, where handles do not work, a descriptor each: the
+    /// VFS then keeps its dcache under the limit, see `inode_budget`).
     pub fn new(dir: impl AsRef<Path>, opts: PassthroughOptions) -> Result<Passthrough> {
         raise_fd_limit();
         let c = CString::new(dir.as_ref().as_os_str().as_bytes()).map_err(|_| err(EINVAL))?;
