@@ -926,3 +926,70 @@ impl InodeTable {
         }
     }
 }
+
+/// loom model of the extended attributes' copy-on-write protocol: two
+/// writers replace the list at once while a reader reads it under RCU.
+/// No update is lost, and the reader sees only lists some writer
+/// published whole.
+#[cfg(all(test, loom))]
+mod loom_xattr {
+    use super::*;
+    use crate::sync::atomic::loom_model as model;
+
+    fn attr() -> Attr {
+        Attr {
+            ino: 2,
+            kind: FileType::File,
+            perm: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            blocks: 0,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            rdev: 0,
+        }
+    }
+
+    fn add(name: &'static [u8]) -> impl FnMut(Option<&Xattrs>) -> crate::error::Result<(Option<Xattrs>, ())> {
+        move |cur| {
+            let mut x = cur.cloned().unwrap_or_default();
+            if let Err(k) = x.find(name) {
+                x.0.insert(k, (name.into(), name.into()));
+            }
+            Ok((Some(x), ()))
+        }
+    }
+
+    #[test]
+    fn loom_xattr_writers_lose_nothing_and_readers_see_whole_lists() {
+        model(|| {
+            let inode = Arc::new(Inode::new_owned(&attr(), ptr::null()));
+            let rcu = Arc::new(Rcu::new());
+            let writers: Vec<_> = [&b"user.a"[..], b"user.b"]
+                .into_iter()
+                .map(|name| {
+                    let (inode, rcu) = (inode.clone(), rcu.clone());
+                    loom::thread::spawn(move || inode.update_xattrs(&rcu, add(name), |_| ()).unwrap())
+                })
+                .collect();
+            {
+                loom::thread::yield_now();
+                let g = rcu.read_lock();
+                if let Some(x) = inode.xattrs(&g) {
+                    assert!(!x.0.is_empty() && x.0.len() <= 2);
+                    assert!(x.0.windows(2).all(|w| w[0].0 < w[1].0), "unsorted");
+                    assert!(x.0.iter().all(|(n, v)| n == v), "a torn entry");
+                }
+            }
+            for w in writers {
+                w.join().unwrap();
+            }
+            let g = rcu.read_lock();
+            let x = inode.xattrs(&g).expect("both set");
+            assert_eq!(x.0.len(), 2, "an update was lost");
+        });
+    }
+}
