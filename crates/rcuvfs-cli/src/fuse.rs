@@ -17,6 +17,11 @@
 //!   (no `default_permissions`);
 //! - entry and attribute timeouts are 1 s, or 0 with `--no-kernel-cache`,
 //!   when every lookup reaches rcuvfs's own dcache;
+//! - a passthrough backend's open files use the kernel's FUSE passthrough
+//!   where it is offered: the kernel reads and writes the host file itself
+//!   (one backing file per inode, registered while an open file uses it),
+//!   and a regular file's attributes are read from the host at each
+//!   getattr, since the kernel's writes bypass rcuvfs;
 //! - extended attributes are the library's (`user.`, `trusted.`,
 //!   `security.`; `system.` answers EOPNOTSUPP: no POSIX ACLs).
 //!
@@ -28,14 +33,15 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
 use fuser::{
-    AccessFlags, Config, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, Config, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL,
+    TimeOrNow, WriteFlags,
 };
 use rcuvfs::fs::{SetAttr, SetTime, Timespec};
 use rcuvfs::{Cred, Entry, File, FileType, Metadata, OpenOptions, RenameFlags, Vfs, XattrSet};
@@ -70,6 +76,11 @@ pub struct MountArgs {
     /// a write's errors (ENOSPC) show at fsync or close, not at write.
     #[arg(long)]
     writeback_cache: bool,
+    /// passthrough: leave file reads and writes to the server instead of
+    /// the kernel's FUSE passthrough (by default, where the kernel offers
+    /// it, an open file's I/O goes straight to the host file).
+    #[arg(long)]
+    no_kernel_passthrough: bool,
     /// Dentries the cache holds itself to before the shrinker prunes
     /// (default: the library's, 1,048,576, or less for a backend with an
     /// inode budget).
@@ -127,7 +138,12 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     // memfs changes only through this mount, so the kernel's cached data
     // of a file stays true across opens (keep_cache); a passthrough file
     // may change on the host, so its data is read again at each open.
-    let data = DataCache { keep: args.backend == "memfs", writeback: args.writeback_cache };
+    let data = DataCache {
+        keep: args.backend == "memfs",
+        writeback: args.writeback_cache,
+        // Host files only; the kernel refuses it with the writeback cache.
+        passthrough: args.backend != "memfs" && !args.no_kernel_passthrough && !args.writeback_cache,
+    };
     let server = Server::new(vfs, ttl, data);
 
     let mut config = Config::default();
@@ -139,10 +155,10 @@ pub fn run(args: MountArgs) -> io::Result<()> {
         MountOption::Suid,
     ];
     config.acl = SessionACL::All; // allow_other: other users reach the mount
-    // memfs never blocks inside a request, so a worker beyond the cores
-    // only adds a context switch per request (measured: 2 clients got
-    // 11-14k stats/s from 8 workers, 28-30k from 2, on 2 cores). The
-    // passthrough blocks on the host's I/O, where more workers overlap it.
+                                  // memfs never blocks inside a request, so a worker beyond the cores
+                                  // only adds a context switch per request (measured: 2 clients got
+                                  // 11-14k stats/s from 8 workers, 28-30k from 2, on 2 cores). The
+                                  // passthrough blocks on the host's I/O, where more workers overlap it.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = if args.backend == "memfs" { args.threads.clamp(1, cores.max(2)) } else { args.threads.max(1) };
     config.n_threads = Some(workers);
@@ -198,11 +214,17 @@ struct DataCache {
     keep: bool,
     /// `FUSE_WRITEBACK_CACHE`.
     writeback: bool,
+    /// The kernel's FUSE passthrough for host files (asked for; turned off
+    /// at init if the kernel does not offer it).
+    passthrough: bool,
 }
 
 struct Server {
     vfs: Vfs,
     data: DataCache,
+    /// Each node's backing file while some open file uses it: the kernel
+    /// takes one backing file per inode for all its passthrough opens.
+    backing: DashMap<u64, Weak<BackingId>>,
     /// The library's root inode number (swapped with FUSE's 1).
     root_ino: u64,
     ttl: Duration,
@@ -214,6 +236,9 @@ struct Server {
 struct OpenFile {
     file: File,
     append: bool,
+    /// The kernel does this file's I/O on the node's backing file, which
+    /// stays registered while some open file holds it.
+    backing: Option<Arc<BackingId>>,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -257,7 +282,16 @@ impl Server {
         let nodes = DashMap::new();
         // The root is never forgotten.
         nodes.insert(1, Node { entry: root, nlookup: 1 });
-        Server { vfs, data, root_ino, ttl, nodes, files: DashMap::new(), next_fh: AtomicU64::new(1) }
+        Server {
+            vfs,
+            data,
+            backing: DashMap::new(),
+            root_ino,
+            ttl,
+            nodes,
+            files: DashMap::new(),
+            next_fh: AtomicU64::new(1),
+        }
     }
 
     /// FUSE node id <-> library inode number.
@@ -353,22 +387,55 @@ impl Server {
     /// (to fill a page it writes part of) and places appends itself, so the
     /// handle is reopened read-write by the server, without O_APPEND, as
     /// libfuse's passthrough_hp does.
-    fn add_open(&self, file: File, e: &Entry, flags: i32) -> Result<FileHandle, Errno> {
+    fn add_open(
+        &self,
+        file: File,
+        e: &Entry,
+        flags: i32,
+        backing: Option<Arc<BackingId>>,
+    ) -> Result<FileHandle, Errno> {
         if !self.data.writeback {
-            return Ok(self.add_file(file, flags & libc::O_APPEND != 0));
+            return Ok(self.add_file(file, flags & libc::O_APPEND != 0, backing));
         }
         let rw = if flags & libc::O_ACCMODE == libc::O_RDWR {
             file
         } else {
             self.vfs.open_entry(e, OpenOptions::new().read(true).write(true)).map_err(errno)?
         };
-        Ok(self.add_file(rw, false))
+        Ok(self.add_file(rw, false, backing))
     }
 
-    fn add_file(&self, file: File, append: bool) -> FileHandle {
+    fn add_file(&self, file: File, append: bool, backing: Option<Arc<BackingId>>) -> FileHandle {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.files.insert(fh, Arc::new(OpenFile { file, append }));
+        self.files.insert(fh, Arc::new(OpenFile { file, append, backing: backing }));
         FileHandle(fh)
+    }
+
+    /// The backing file for a passthrough open of `e`, registered with
+    /// `register` (the reply's `openbacking`) if no open file holds one:
+    /// the host file, read-write where it may be. `None`: the I/O goes
+    /// through the server (no passthrough, not a host file, or the kernel
+    /// refused it).
+    fn backing(
+        &self,
+        e: &Entry,
+        register: impl FnOnce(&std::os::fd::OwnedFd) -> io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        if !self.data.passthrough || e.file_type() != FileType::File {
+            return None;
+        }
+        // Under the shard's lock: two opens of one inode must share it.
+        let mut slot = self.backing.entry(e.ino()).or_default();
+        if let Some(b) = slot.upgrade() {
+            return Some(b);
+        }
+        let fd = match e.open_host_file(true)? {
+            Ok(fd) => fd,
+            Err(_) => e.open_host_file(false)?.ok()?,
+        };
+        let b = Arc::new(register(&fd).ok()?);
+        *slot = Arc::downgrade(&b);
+        Some(b)
     }
 }
 
@@ -405,6 +472,14 @@ impl fuser::Filesystem for Server {
         if let Err(max) = config.set_max_readahead(u32::MAX) {
             let _ = config.set_max_readahead(max);
         }
+        if self.data.passthrough {
+            let ok =
+                config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(1).is_ok();
+            if !ok {
+                eprintln!("rcuvfs: the kernel has no FUSE passthrough: file I/O goes through the server");
+                self.data.passthrough = false;
+            }
+        }
         if self.data.writeback {
             config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
@@ -432,8 +507,10 @@ impl fuser::Filesystem for Server {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let m = match fh.and_then(|fh| self.file(fh).ok()) {
-            Some(f) => f.file.metadata(),
-            None => match self.entry(ino) {
+            Some(f) if f.backing.is_none() => f.file.metadata(),
+            // The kernel writes a passthrough file itself: ask the host.
+            _ => match self.entry(ino) {
+                Ok(e) if self.data.passthrough && e.file_type() == FileType::File => e.refresh(),
                 Ok(e) => e.metadata(),
                 Err(e) => return reply.error(e),
             },
@@ -585,10 +662,12 @@ impl fuser::Filesystem for Server {
         let r = (|| {
             let e = self.entry(ino)?;
             let f = self.view(req).open_entry(&e, &OpenOptions::from_flags(flags.0)).map_err(errno)?;
-            self.add_open(f, &e, flags.0)
+            let backing = self.backing(&e, |fd| reply.open_backing(fd));
+            Ok((self.add_open(f, &e, flags.0, backing.clone())?, backing))
         })();
         match r {
-            Ok(fh) => reply.opened(fh, self.fopen_flags()),
+            Ok((fh, Some(b))) => reply.opened_passthrough(fh, self.fopen_flags(), &b),
+            Ok((fh, None)) => reply.opened(fh, self.fopen_flags()),
             Err(e) => reply.error(e),
         }
     }
@@ -610,11 +689,15 @@ impl fuser::Filesystem for Server {
             o.mode(mode & 0o7777);
             let f = v.open_at(&p, name, &o).map_err(errno)?;
             let e = v.lookup_at(&p, name).map_err(errno)?;
-            let fh = self.add_open(f, &e, flags)?;
-            Ok((self.remember(e)?, fh))
+            let backing = self.backing(&e, |fd| reply.open_backing(fd));
+            let fh = self.add_open(f, &e, flags, backing.clone())?;
+            Ok((self.remember(e)?, fh, backing))
         })();
         match r {
-            Ok((attr, fh)) => reply.created(&self.ttl, &attr, Generation(0), fh, self.fopen_flags()),
+            Ok((attr, fh, Some(b))) => {
+                reply.created_passthrough(&self.ttl, &attr, Generation(0), fh, self.fopen_flags(), &b)
+            }
+            Ok((attr, fh, None)) => reply.created(&self.ttl, &attr, Generation(0), fh, self.fopen_flags()),
             Err(e) => reply.error(e),
         }
     }

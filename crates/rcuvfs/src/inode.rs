@@ -418,6 +418,12 @@ impl Inode {
         self.owner.store(sb as *mut Super, Ordering::Relaxed);
     }
 
+    /// Whether this is its filesystem's own inode (memfs), whose attributes
+    /// are the truth.
+    pub fn is_owned(&self) -> bool {
+        self.owned
+    }
+
     /// Re-reads the attributes from the filesystem after a change (nothing
     /// to do for an inode that is the filesystem's truth).
     pub fn refresh(&self, fs: &dyn FileSystem) {

@@ -248,6 +248,28 @@ impl Entry {
         Ok(Metadata(self.inode().attr()))
     }
 
+    /// Reads the attributes again from the filesystem and returns them:
+    /// for a server whose clients change a file behind the VFS (FUSE
+    /// passthrough, where the kernel writes the host file itself). On
+    /// memfs the cache is the truth, and this is `metadata`.
+    pub fn refresh(&self) -> Result<Metadata> {
+        let inode = self.inode();
+        if !inode.is_owned() {
+            let a = inode.fs().getattr(inode.ino)?;
+            inode.set_attr(&a);
+        }
+        Ok(Metadata(inode.attr()))
+    }
+
+    /// A descriptor of the host file holding this file's data, read-write
+    /// if `write` (see [`FileSystem::open_host_file`]); `None` where there
+    /// is none. For servers only: it bypasses the VFS, which checks no
+    /// permission here (check them with an open first).
+    pub fn open_host_file(&self, write: bool) -> Option<Result<std::os::fd::OwnedFd>> {
+        let inode = self.inode();
+        inode.fs().open_host_file(inode.ino, write)
+    }
+
     /// Releases the reference now (the same as dropping it).
     pub fn forget(self) {}
 

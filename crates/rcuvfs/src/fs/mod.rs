@@ -310,6 +310,14 @@ pub trait FileSystem: Send + Sync + 'static {
         crate::error::fail(libc::EOPNOTSUPP)
     }
 
+    /// A descriptor of the host file holding `ino`'s data, read-write if
+    /// `write`, for a server that hands file I/O to the kernel (FUSE
+    /// passthrough: reads and writes then never reach the server). `None`
+    /// where the data is not in a host file (memfs, the default).
+    fn open_host_file(&self, _ino: Ino, _write: bool) -> Option<Result<std::os::fd::OwnedFd>> {
+        None
+    }
+
     /// Reads at `offset`; returns 0 at or past the end.
     fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize>;
     /// Writes `data`; returns the offset it was written at.

@@ -948,6 +948,23 @@ impl FileSystem for Passthrough {
         Ok(buf)
     }
 
+    fn open_host_file(&self, ino: Ino, write: bool) -> Option<Result<OwnedFd>> {
+        let open = || {
+            let n = self.inner.node(ino)?;
+            if n.kind != FileType::File {
+                return fail(libc::EINVAL);
+            }
+            let fd = self.inner.fds.path_fd(&n)?;
+            let p = proc_path(fd.as_raw_fd());
+            let mode = if write { libc::O_RDWR } else { libc::O_RDONLY };
+            // SAFETY: NUL-terminated path.
+            let fd = check(unsafe { libc::open(p.as_ptr(), mode | libc::O_CLOEXEC) })?;
+            // SAFETY: just opened, owned here.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+        Some(open())
+    }
+
     fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
         let n = self.inner.node(ino)?;
         if n.kind == FileType::Symlink {
