@@ -581,11 +581,10 @@ impl MemFs {
                 // with `inode()` below).
                 let i = a.inode.load(Ordering::Relaxed) as *const u8;
                 prefetch(a.name.as_ptr());
-                // The attributes, the kind and the data's cell are spread
-                // over the inode's lines.
-                for line in 0..std::mem::size_of::<Inode>().div_ceil(64) {
-                    prefetch(i.wrapping_add(line * 64));
-                }
+                // The attributes, the kind and the data's cell: the
+                // inode's first two lines (see its layout).
+                prefetch(i);
+                prefetch(i.wrapping_add(64));
             }
             let i = e.inode();
             let entry = DirEntry { ino: i.ino, name: e.name.to_vec(), kind: i.kind, offset: cookie_of(h) };
