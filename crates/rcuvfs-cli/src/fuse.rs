@@ -15,8 +15,10 @@
 //!   `fuse_req_getgroups` does) and umask 0, since the kernel has applied
 //!   the caller's umask already; the library does every permission check
 //!   (no `default_permissions`);
-//! - entry and attribute timeouts are 1 s, or 0 with `--no-kernel-cache`,
-//!   when every lookup reaches rcuvfs's own dcache;
+//! - entry and attribute timeouts are 1 s (`--cache-ttl`), or 0 with
+//!   `--no-kernel-cache`, when every lookup reaches rcuvfs's own dcache; a
+//!   passthrough backend's watcher drops changed names and attributes from
+//!   the kernel's caches at once (`KernelNotify`);
 //! - a passthrough backend's open files use the kernel's FUSE passthrough
 //!   where it is offered: the kernel reads and writes the host file itself
 //!   (one backing file per inode, registered while an open file uses it),
@@ -33,7 +35,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -65,6 +67,11 @@ pub struct MountArgs {
     /// reaches rcuvfs instead of the kernel's dcache.
     #[arg(long)]
     no_kernel_cache: bool,
+    /// Entry and attribute timeouts, in seconds: how long the kernel trusts
+    /// what it cached. A passthrough backend's watcher drops what changes
+    /// on the host from the kernel's caches at once, whatever the timeout.
+    #[arg(long, default_value_t = 1.0)]
+    cache_ttl: f64,
     /// What to serve: `memfs` (an empty in-memory filesystem) or
     /// `passthrough:DIR` (a host directory, kept coherent with changes
     /// made there directly).
@@ -133,8 +140,18 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     if let Some(n) = args.dcache_target {
         b = b.dcache_target(n);
     }
+    // Changes a backend reports (the passthrough's watcher) go to the
+    // kernel too, so that its caches do not wait out their timeouts.
+    let kernel = Arc::new(KernelNotify::default());
+    b = b.observer(kernel.clone());
     let vfs = b.build()?;
-    let ttl = if args.no_kernel_cache { Duration::ZERO } else { Duration::from_secs(1) };
+    let _ = kernel.root_ino.set(vfs.root_entry().ino());
+    let ttl = if args.no_kernel_cache {
+        Duration::ZERO
+    } else {
+        Duration::try_from_secs_f64(args.cache_ttl)
+            .map_err(|e| io::Error::other(format!("--cache-ttl {}: {e}", args.cache_ttl)))?
+    };
     // memfs changes only through this mount, so the kernel's cached data
     // of a file stays true across opens (keep_cache); a passthrough file
     // may change on the host, so its data is read again at each open.
@@ -166,6 +183,7 @@ pub fn run(args: MountArgs) -> io::Result<()> {
 
     let mut session = fuser::Session::new(server, &args.mountpoint, &config)
         .map_err(|e| io::Error::new(e.kind(), format!("mount on {}: {e}", args.mountpoint.display())))?;
+    let _ = kernel.notifier.set(session.notifier());
     let mut unmounter = session.unmount_callable();
     let mountpoint = args.mountpoint.clone();
     std::thread::spawn(move || {
@@ -205,6 +223,55 @@ fn wait_signal(set: &libc::sigset_t) -> i32 {
 struct Node {
     entry: Entry,
     nlookup: u64,
+}
+
+/// Tells the kernel of changes a backend reports, so that it drops the
+/// names and attributes it cached (FUSE's `notify_inval_entry` and
+/// `notify_inval_inode`). Called from the backend's thread, never from a
+/// request: the kernel may wait for the directory's lock, which a request
+/// in progress may hold until it is answered.
+#[derive(Default)]
+struct KernelNotify {
+    notifier: OnceLock<fuser::Notifier>,
+    /// The library's root inode number (FUSE's is 1).
+    root_ino: OnceLock<u64>,
+}
+
+impl KernelNotify {
+    fn node(&self, ino: u64) -> INodeNo {
+        match self.root_ino.get() {
+            Some(&r) if ino == r => INodeNo(1),
+            Some(&r) if ino == 1 => INodeNo(r),
+            _ => INodeNo(ino),
+        }
+    }
+}
+
+impl rcuvfs::fs::Notify for KernelNotify {
+    // Errors are ignored: ENOENT means the kernel does not know the node.
+    fn entry_changed(&self, parent: u64, name: &[u8]) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_entry(self.node(parent), OsStr::from_bytes(name));
+        }
+    }
+
+    fn attr_changed(&self, parent: u64, name: &[u8]) {
+        // The kernel looks the name up again, with fresh attributes.
+        self.entry_changed(parent, name);
+    }
+
+    fn inode_changed(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            // Attributes and all cached data.
+            let _ = n.inval_inode(self.node(ino), 0, 0);
+        }
+    }
+
+    fn all_changed(&self) {
+        // The kernel has no call for this: its timeouts bound it.
+    }
+
+    fn set_revalidate(&self, _on: bool) {}
 }
 
 /// How the kernel may cache file data.

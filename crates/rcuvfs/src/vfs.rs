@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     pub mode: RefMode,
     pub atime: AtimePolicy,
     global: Mutex<()>,
+    /// Told of every change a filesystem reports (`VfsBuilder::observer`).
+    observer: Option<Arc<dyn Notify>>,
 }
 
 impl Shared {
@@ -90,9 +92,20 @@ pub struct VfsBuilder {
     buckets: usize,
     dcache_target: usize,
     negative_dentries: Option<usize>,
+    observer: Option<Arc<dyn Notify>>,
 }
 
 impl VfsBuilder {
+    /// Also tells `observer` of every change a filesystem reports through
+    /// [`Notify`], after the cache has acted on it: for a server that keeps
+    /// caches of its own above the VFS (the FUSE mount tells the kernel to
+    /// drop its cached names and attributes). It is called from the
+    /// filesystem's thread, with none of the VFS's locks held.
+    pub fn observer(mut self, observer: Arc<dyn Notify>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// memfs: bytes of data before ENOSPC.
     pub fn max_bytes(mut self, bytes: u64) -> Self {
         self.memfs.max_bytes = bytes;
@@ -189,7 +202,8 @@ impl VfsBuilder {
                 negative_target: self.negative_dentries.unwrap_or(dcache_target / 4),
             },
         )?;
-        let shared = Shared { dc, mode: self.mode, atime: self.memfs.atime, global: Mutex::new(()) };
+        let shared =
+            Shared { dc, mode: self.mode, atime: self.memfs.atime, global: Mutex::new(()), observer: self.observer };
         let shared = Arc::new(shared);
         attach(&shared, &fs);
         Ok(Vfs { shared, cred: Arc::new(Cred::root()), cwd: None, umask: self.umask })
@@ -416,7 +430,11 @@ impl Default for Vfs {
 
 /// Gives `fs`, served by `shared`, its way to report outside changes.
 fn attach(shared: &Arc<Shared>, fs: &Arc<dyn FileSystem>) {
-    fs.attach(Arc::new(VfsNotify { shared: Arc::downgrade(shared), fs: Arc::as_ptr(fs) as *const () as usize }));
+    fs.attach(Arc::new(VfsNotify {
+        shared: Arc::downgrade(shared),
+        fs: Arc::as_ptr(fs) as *const () as usize,
+        observer: shared.observer.clone(),
+    }));
 }
 
 /// A filesystem's [`Notify`]: finds its superblock by the filesystem's
@@ -425,6 +443,8 @@ fn attach(shared: &Arc<Shared>, fs: &Arc<dyn FileSystem>) {
 struct VfsNotify {
     shared: std::sync::Weak<Shared>,
     fs: usize,
+    /// The builder's observer, told after the cache acted.
+    observer: Option<Arc<dyn Notify>>,
 }
 
 impl VfsNotify {
@@ -442,6 +462,9 @@ impl Notify for VfsNotify {
                 dc.d_invalidate(&d);
             }
         });
+        if let Some(o) = &self.observer {
+            o.entry_changed(parent, name);
+        }
     }
 
     fn attr_changed(&self, parent: Ino, name: &[u8]) {
@@ -452,14 +475,23 @@ impl Notify for VfsNotify {
                 }
             }
         });
+        if let Some(o) = &self.observer {
+            o.attr_changed(parent, name);
+        }
     }
 
     fn inode_changed(&self, ino: Ino) {
         self.with(|dc, sb| dc.refresh_inode(sb, ino));
+        if let Some(o) = &self.observer {
+            o.inode_changed(ino);
+        }
     }
 
     fn all_changed(&self) {
         self.with(|dc, sb| dc.invalidate_super(sb));
+        if let Some(o) = &self.observer {
+            o.all_changed();
+        }
     }
 
     fn set_revalidate(&self, on: bool) {
@@ -496,6 +528,7 @@ impl Vfs {
             buckets: 1 << 16,
             dcache_target: 1 << 20,
             negative_dentries: None,
+            observer: None,
         }
     }
 
