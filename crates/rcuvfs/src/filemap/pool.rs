@@ -166,6 +166,9 @@ impl Pool {
                             }
                             None => {
                                 let taken: Vec<_> = out.drain(start..).collect();
+                                // Counted as used, so that freeing them
+                                // balances.
+                                g.used += taken.len();
                                 drop(g);
                                 self.free(taken);
                                 return crate::error::fail(libc::ENOMEM);

@@ -196,23 +196,29 @@ impl FdCache {
         // Cleared first: a thread that opens a descriptor after the take
         // below queues the node again.
         n.queued.store(false, Ordering::Release);
+        // Under the path descriptor's lock, which `pin` takes to set the
+        // flag: a node pinned meanwhile keeps its descriptors. (Lock order:
+        // `open`, then `data`; `data_fd` never holds `data` while it takes
+        // `open`.)
+        let mut open = n.fd.open.lock().unwrap();
         if n.pinned.load(Ordering::Relaxed) {
             return;
         }
-        drop(n.data.lock().unwrap().take());
-        if n.fd.evictable() {
-            drop(n.fd.open.lock().unwrap().take());
-        }
+        let data = n.data.lock().unwrap().take();
+        let path = if n.fd.evictable() { open.take() } else { None };
+        drop(open);
+        drop((data, path));
     }
 
     /// Keeps `node`'s descriptor for as long as the node lives (its object
     /// is being unlinked): opened now if it was evicted.
     pub fn pin(&self, node: &Node) -> Result<()> {
         let fd = self.path_fd(node)?;
+        // Under the lock `close` decides under (see there).
+        let mut open = node.fd.open.lock().unwrap();
         node.pinned.store(true, Ordering::Relaxed);
         // It may have been evicted between the open and the pin: put it
         // back; the node holds it from now on.
-        let mut open = node.fd.open.lock().unwrap();
         if open.is_none() {
             *open = Some(fd);
         }
