@@ -72,6 +72,13 @@ pub struct MountArgs {
     /// on the host from the kernel's caches at once, whatever the timeout.
     #[arg(long, default_value_t = 1.0)]
     cache_ttl: f64,
+    /// The mount's readahead, in KiB (its bdi's `read_ahead_kb`; 0 leaves
+    /// the kernel's 128). The kernel proposes no more than 128 KiB at
+    /// init, so sequential reads would arrive in 128 KiB requests; 1024
+    /// makes them as large as a request may be (measured: 1.9-2.3 GB/s at
+    /// 128, 2.9-3.4 GB/s at 1024, reading 1 GiB from memfs).
+    #[arg(long, default_value_t = 1024)]
+    read_ahead_kb: u32,
     /// What to serve: `memfs` (an empty in-memory filesystem) or
     /// `passthrough:DIR` (a host directory, kept coherent with changes
     /// made there directly).
@@ -184,6 +191,11 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     let mut session = fuser::Session::new(server, &args.mountpoint, &config)
         .map_err(|e| io::Error::new(e.kind(), format!("mount on {}: {e}", args.mountpoint.display())))?;
     let _ = kernel.notifier.set(session.notifier());
+    if args.read_ahead_kb > 0 {
+        if let Err(e) = set_read_ahead(&args.mountpoint, args.read_ahead_kb) {
+            eprintln!("rcuvfs: readahead left as the kernel set it: {e}");
+        }
+    }
     let mut unmounter = session.unmount_callable();
     let mountpoint = args.mountpoint.clone();
     std::thread::spawn(move || {
@@ -198,6 +210,28 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     session.run()?;
     eprintln!("rcuvfs: unmounted");
     Ok(())
+}
+
+/// Sets the mount's readahead (`/sys/class/bdi/MAJ:MIN/read_ahead_kb` of
+/// the device the mount got). The device is read from
+/// `/proc/self/mountinfo`, not by a stat of the mountpoint, which would
+/// wait for this server to answer before it serves.
+fn set_read_ahead(mountpoint: &Path, kb: u32) -> io::Result<()> {
+    let mnt = std::fs::canonicalize(mountpoint.parent().unwrap_or(Path::new("/")))?
+        .join(mountpoint.file_name().unwrap_or_default());
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // Fields: id, parent, MAJ:MIN, root, mount point, ...; the last match
+    // is the newest mount on that point.
+    let dev = info
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let fstype = l.split(" - ").nth(1).unwrap_or("");
+            (f.len() > 4 && Path::new(f[4]) == mnt && fstype.starts_with("fuse")).then(|| f[2].to_string())
+        })
+        .last()
+        .ok_or_else(|| io::Error::other(format!("{} is not in /proc/self/mountinfo", mnt.display())))?;
+    std::fs::write(format!("/sys/class/bdi/{dev}/read_ahead_kb"), kb.to_string())
 }
 
 fn block_signals() -> libc::sigset_t {
