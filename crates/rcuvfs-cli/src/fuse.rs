@@ -486,10 +486,10 @@ impl Server {
     }
 
     /// Records a file the caller opened (its permission checked with its
-    /// flags). With the writeback cache the kernel reads through any handle
-    /// (to fill a page it writes part of) and places appends itself, so the
-    /// handle is reopened read-write by the server, without O_APPEND, as
-    /// libfuse's passthrough_hp does.
+    /// flags). With the writeback cache the kernel reads through a
+    /// write-only handle (to fill a page it writes part of) and places
+    /// appends itself, so a write-only handle is reopened read-write by the
+    /// server, and none keeps O_APPEND, as libfuse's passthrough_hp does.
     fn add_open(
         &self,
         file: File,
@@ -500,10 +500,13 @@ impl Server {
         if !self.data.writeback {
             return Ok(self.add_file(file, flags & libc::O_APPEND != 0, backing));
         }
-        let rw = if flags & libc::O_ACCMODE == libc::O_RDWR {
-            file
-        } else {
+        // Only a write-only handle is upgraded: the kernel writes back
+        // through writable handles only, and a read-only open must keep
+        // working where the file may not be opened for writing.
+        let rw = if flags & libc::O_ACCMODE == libc::O_WRONLY {
             self.vfs.open_entry(e, OpenOptions::new().read(true).write(true)).map_err(errno)?
+        } else {
+            file
         };
         Ok(self.add_file(rw, false, backing))
     }
@@ -792,9 +795,21 @@ impl fuser::Filesystem for Server {
             o.mode(mode & 0o7777);
             let f = v.open_at(&p, name, &o).map_err(errno)?;
             let e = v.lookup_at(&p, name).map_err(errno)?;
+            if e.ino() != f.ino() {
+                // Renamed over between the create and the lookup: the name
+                // is another file now, which the kernel would take this
+                // handle for.
+                return Err(Errno::ESTALE);
+            }
             let backing = self.backing(&e, |fd| reply.open_backing(fd));
             let fh = self.add_open(f, &e, flags, backing.clone())?;
-            Ok((self.remember(e)?, fh, backing))
+            match self.remember(e) {
+                Ok(attr) => Ok((attr, fh, backing)),
+                Err(err) => {
+                    drop(self.files.remove(&fh.0));
+                    Err(err)
+                }
+            }
         })();
         match r {
             Ok((attr, fh, Some(b))) => {
@@ -877,7 +892,11 @@ impl fuser::Filesystem for Server {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        drop(self.files.remove(&fh.0));
+        let ino = self.files.remove(&fh.0).map(|(_, f)| f.file.ino());
+        // The node's backing file goes with its last passthrough open.
+        if let Some(ino) = ino {
+            self.backing.remove_if(&ino, |_, w| w.strong_count() == 0);
+        }
         reply.ok();
     }
 

@@ -414,10 +414,13 @@ impl PageCache {
                         std::hint::spin_loop();
                     }
                     if !copied {
-                        // A writer stayed in the page: copy under its lock.
+                        // A writer stayed in the page: copy the rest of the
+                        // request under its lock (not only this page: a
+                        // short read in the middle of a file reads as an
+                        // end of file to FUSE and to `read_exact`).
                         drop(guard);
                         let _w = self.w.writer.lock();
-                        let m = self.read_excluded(pos, out);
+                        let m = self.read_excluded(pos, &mut buf[done..n]);
                         return done + m;
                     }
                 }

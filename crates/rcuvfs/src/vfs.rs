@@ -468,15 +468,22 @@ impl Notify for VfsNotify {
     }
 
     fn attr_changed(&self, parent: Ino, name: &[u8]) {
+        let mut child = None;
         self.with(|dc, sb| {
             if let Some(d) = dc.cached_child(sb, parent, name) {
                 if let Some(i) = d.inode() {
                     i.refresh(&*sb.fs);
+                    child = Some(i.ino);
                 }
             }
         });
         if let Some(o) = &self.observer {
             o.attr_changed(parent, name);
+            // The object itself too: an observer may cache by inode (the
+            // kernel's attributes and pages of an open file).
+            if let Some(ino) = child {
+                o.inode_changed(ino);
+            }
         }
     }
 

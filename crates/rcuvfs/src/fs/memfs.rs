@@ -627,7 +627,13 @@ impl MemFs {
                 Ok((if x.0.is_empty() { None } else { Some(x) }, delta))
             },
             |&delta| {
-                let _ = charge(&self.usage.bytes, limit, -delta);
+                // Taking back a refund cannot be refused (it must not fail
+                // against a limit others have filled meanwhile).
+                if delta > 0 {
+                    let _ = charge(&self.usage.bytes, limit, -delta);
+                } else {
+                    self.usage.bytes.fetch_add(delta.unsigned_abs(), std::sync::atomic::Ordering::Relaxed);
+                }
             },
         )?;
         let t = now();

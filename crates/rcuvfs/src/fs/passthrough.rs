@@ -177,7 +177,6 @@ impl Node {
     /// A node with one lookup reference, for the object `attr` describes.
     fn new(key: (u64, u64), fd: OwnedFd, attr: Attr, cache: &FdCache) -> Arc<Node> {
         let fd = PathFd::new(fd, cache);
-        let evictable = fd.evictable();
         let node = Arc::new_cyclic(|me| Node {
             ino: attr.ino,
             key,
@@ -193,9 +192,7 @@ impl Node {
             generation: AtomicU64::new(0),
             checked: Mutex::new((Instant::now(), attr)),
         });
-        if evictable {
-            cache.opened(&node);
-        }
+        // Queued by the caller, once it has released `nodes` (see `fds`).
         node
     }
 }
@@ -339,6 +336,7 @@ impl Inner {
             let n = nodes.by_ino[&ino].clone();
             n.nlookup.fetch_add(1, Ordering::Relaxed);
             drop(nodes);
+            self.fds.found_again(&n, fd);
             let a = self.attr(ino, &st);
             *n.checked.lock().unwrap() = (Instant::now(), a.clone());
             return Ok(a);
@@ -350,6 +348,9 @@ impl Inner {
         nodes.by_ino.insert(ino, node.clone());
         let first_unwatched = node.kind == FileType::Dir && !self.watch(&mut nodes, &node);
         drop(nodes);
+        if node.fd.evictable() {
+            self.fds.opened(&node);
+        }
         if first_unwatched {
             // After `nodes` is released: see the lock table.
             if let Some(n) = self.notify.get() {
@@ -424,18 +425,38 @@ impl Inner {
     /// The file `name` in `dir` is about to lose a link: if the VFS holds
     /// its node, its descriptor stays open for the node's life (the file
     /// may be open, and a handle to an unlinked inode may not open again).
-    fn pin_victim(&self, dir: &Node, name: &CStr) -> Result<()> {
-        let Ok(st) = stat_fd(self.fds.path_fd(dir)?.as_raw_fd(), Some(name)) else { return Ok(()) };
+    /// Returns the node pinned, for [`settle_pin`](Self::settle_pin).
+    fn pin_victim(&self, dir: &Node, name: &CStr) -> Result<Option<Arc<Node>>> {
+        let Ok(st) = stat_fd(self.fds.path_fd(dir)?.as_raw_fd(), Some(name)) else { return Ok(None) };
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Ok(());
+            return Ok(None);
         }
         let node = {
             let nodes = self.nodes.read().unwrap();
             nodes.by_key.get(&(st.st_dev, st.st_ino)).and_then(|i| nodes.by_ino.get(i).cloned())
         };
         match node {
-            Some(n) if n.fd.evictable() => self.fds.pin(&n),
-            _ => Ok(()),
+            Some(n) if n.fd.evictable() && !n.pinned.load(Ordering::Relaxed) => {
+                self.fds.pin(&n)?;
+                Ok(Some(n))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// After the unlink or rename that `pin_victim` prepared: the pin
+    /// stays only if the object lost its last link.
+    fn settle_pin(&self, pinned: Option<Arc<Node>>, failed: bool) {
+        let Some(n) = pinned else { return };
+        let linked = failed
+            || self
+                .fds
+                .path_fd(&n)
+                .ok()
+                .and_then(|fd| stat_fd(fd.as_raw_fd(), None).ok())
+                .is_none_or(|st| st.st_nlink > 0);
+        if linked {
+            self.fds.unpin(&n);
         }
     }
 
@@ -895,9 +916,12 @@ impl FileSystem for Passthrough {
         let inner = &*self.inner;
         let p = inner.dir(parent)?;
         let c = cstr(name)?;
-        inner.pin_victim(&p, &c)?;
+        let pfd = inner.fds.path_fd(&p)?;
+        let pinned = inner.pin_victim(&p, &c)?;
         // SAFETY: valid descriptor, NUL-terminated name.
-        check(unsafe { libc::unlinkat(inner.fds.path_fd(&p)?.as_raw_fd(), c.as_ptr(), 0) })?;
+        let r = check(unsafe { libc::unlinkat(pfd.as_raw_fd(), c.as_ptr(), 0) });
+        inner.settle_pin(pinned, r.is_err());
+        r?;
         inner.touched(&p);
         Ok(())
     }
@@ -923,12 +947,12 @@ impl FileSystem for Passthrough {
         if flags.exchange {
             f |= libc::RENAME_EXCHANGE;
         }
-        if !flags.exchange {
-            inner.pin_victim(&np, &b)?;
-        }
         let (pfd, npfd) = (inner.fds.path_fd(&p)?, inner.fds.path_fd(&np)?);
+        let pinned = if flags.exchange { None } else { inner.pin_victim(&np, &b)? };
         // SAFETY: valid descriptors, NUL-terminated names.
-        check(unsafe { libc::renameat2(pfd.as_raw_fd(), a.as_ptr(), npfd.as_raw_fd(), b.as_ptr(), f) })?;
+        let r = check(unsafe { libc::renameat2(pfd.as_raw_fd(), a.as_ptr(), npfd.as_raw_fd(), b.as_ptr(), f) });
+        inner.settle_pin(pinned, r.is_err());
+        r?;
         inner.touched(&p);
         inner.touched(&np);
         Ok(())

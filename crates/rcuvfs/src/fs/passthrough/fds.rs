@@ -19,7 +19,16 @@
 //! A node whose object was unlinked through this filesystem while the VFS
 //! still holds it (an open file, as POSIX keeps readable) is pinned: its
 //! descriptor is never evicted, since a handle to an unlinked inode may no
-//! longer open. One unlinked by another program while held here may answer
+//! longer open. The pin is undone if the unlink fails or links remain.
+//!
+//! A handle, unlike a descriptor, does not keep the object's inode number
+//! from being reused: a lookup that finds a node's (device, number) again
+//! checks the handle and, if it changed, moves the node to the new object
+//! (`found_again`).
+//!
+//! Descriptors are closed outside `Inner::nodes`: `opened` may close other
+//! nodes' descriptors, waiting for their locks, so the callers that hold
+//! `nodes` (making a node) call it after they release it. One unlinked by another program while held here may answer
 //! ESTALE once its descriptors were evicted.
 
 use std::collections::VecDeque;
@@ -31,6 +40,7 @@ use super::{check, Node};
 use crate::error::Result;
 
 /// A `struct file_handle`, in 4-byte words (its header is two).
+#[derive(PartialEq, Eq)]
 pub(super) struct Handle(Box<[u32]>);
 
 /// `MAX_HANDLE_SZ`.
@@ -88,8 +98,14 @@ fn name_to_handle(fd: RawFd) -> Option<(Handle, libc::c_int)> {
 /// A node's path descriptor: for life, or cached and reopened from its
 /// handle.
 pub(super) struct PathFd {
+    /// It has a handle (fixed at the node's making).
+    evictable: bool,
+    state: Mutex<PathState>,
+}
+
+struct PathState {
+    open: Option<Arc<OwnedFd>>,
     handle: Option<Handle>,
-    open: Mutex<Option<Arc<OwnedFd>>>,
 }
 
 impl PathFd {
@@ -97,11 +113,11 @@ impl PathFd {
     /// allows it (then `fd` is the first cached descriptor).
     pub fn new(fd: OwnedFd, cache: &FdCache) -> PathFd {
         let handle = cache.mount.as_ref().and_then(|(_, id)| Handle::of(fd.as_raw_fd(), *id));
-        PathFd { handle, open: Mutex::new(Some(Arc::new(fd))) }
+        PathFd { evictable: handle.is_some(), state: Mutex::new(PathState { open: Some(Arc::new(fd)), handle }) }
     }
 
     pub fn evictable(&self) -> bool {
-        self.handle.is_some()
+        self.evictable
     }
 }
 
@@ -153,19 +169,40 @@ impl FdCache {
     /// The path descriptor of `node`, reopened from its handle if it was
     /// evicted.
     pub fn path_fd(&self, node: &Node) -> Result<Arc<OwnedFd>> {
-        let mut open = node.fd.open.lock().unwrap();
-        if let Some(fd) = &*open {
+        let mut st = node.fd.state.lock().unwrap();
+        if let Some(fd) = &st.open {
             return Ok(fd.clone());
         }
-        let (Some(h), Some((mount, _))) = (&node.fd.handle, &self.mount) else {
+        let (Some(h), Some((mount, _))) = (&st.handle, &self.mount) else {
             unreachable!("a node without a handle keeps its descriptor");
         };
         let fd = Arc::new(h.open(mount.as_raw_fd())?);
         self.reopened.fetch_add(1, Ordering::Relaxed);
-        *open = Some(fd.clone());
-        drop(open);
+        st.open = Some(fd.clone());
+        drop(st);
         self.opened(node);
         Ok(fd)
+    }
+
+    /// A lookup found `node`'s (device, inode number) again, opened as
+    /// `fd`. With handles, the number may have been reused: the object the
+    /// node's handle names was deleted and another took its number. Then
+    /// the node takes the new object's handle and descriptor (a lifetime
+    /// descriptor pinned the number; a handle does not).
+    pub fn found_again(&self, node: &Node, fd: OwnedFd) {
+        if !node.fd.evictable {
+            return;
+        }
+        let Some(h) = self.mount.as_ref().and_then(|(_, id)| Handle::of(fd.as_raw_fd(), *id)) else { return };
+        let mut st = node.fd.state.lock().unwrap();
+        if st.handle.as_ref() == Some(&h) {
+            return;
+        }
+        st.handle = Some(h);
+        let old = st.open.replace(Arc::new(fd));
+        drop(st);
+        drop(old);
+        self.opened(node);
     }
 
     /// `node` holds cached descriptors now: queue it (once), and evict the
@@ -200,13 +237,13 @@ impl FdCache {
         // flag: a node pinned meanwhile keeps its descriptors. (Lock order:
         // `open`, then `data`; `data_fd` never holds `data` while it takes
         // `open`.)
-        let mut open = n.fd.open.lock().unwrap();
+        let mut st = n.fd.state.lock().unwrap();
         if n.pinned.load(Ordering::Relaxed) {
             return;
         }
         let data = n.data.lock().unwrap().take();
-        let path = if n.fd.evictable() { open.take() } else { None };
-        drop(open);
+        let path = if n.fd.evictable { st.open.take() } else { None };
+        drop(st);
         drop((data, path));
     }
 
@@ -215,14 +252,22 @@ impl FdCache {
     pub fn pin(&self, node: &Node) -> Result<()> {
         let fd = self.path_fd(node)?;
         // Under the lock `close` decides under (see there).
-        let mut open = node.fd.open.lock().unwrap();
+        let mut st = node.fd.state.lock().unwrap();
         node.pinned.store(true, Ordering::Relaxed);
         // It may have been evicted between the open and the pin: put it
         // back; the node holds it from now on.
-        if open.is_none() {
-            *open = Some(fd);
+        if st.open.is_none() {
+            st.open = Some(fd);
         }
         Ok(())
+    }
+
+    /// Undoes `pin`: the unlink failed, or the object has links left.
+    pub fn unpin(&self, node: &Node) {
+        let st = node.fd.state.lock().unwrap();
+        node.pinned.store(false, Ordering::Relaxed);
+        drop(st);
+        self.opened(node);
     }
 
     /// Nodes holding cached descriptors now (at most the budget).

@@ -1,0 +1,57 @@
+//! A passthrough node whose descriptor was evicted holds only a file
+//! handle, which, unlike a descriptor, does not keep the host from reusing
+//! the inode number: a new file that gets the number of a deleted one still
+//! held by the VFS must be served as itself, not as the dead one (ESTALE).
+
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+
+use rcuvfs::fs::passthrough::{Passthrough, PassthroughOptions};
+use rcuvfs::Vfs;
+
+#[test]
+fn a_reused_inode_number_is_served_as_the_new_file() {
+    let dir = std::env::temp_dir().join(format!("rcuvfs-handles-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("other")).unwrap();
+    std::fs::write(dir.join("old"), b"old").unwrap();
+    let opts = PassthroughOptions { descriptor_cache: Some(16), ..Default::default() };
+    let pt = Arc::new(Passthrough::new(&dir, opts).unwrap());
+    if !pt.descriptors().0 {
+        eprintln!("no file handles here: skipped");
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let v = Vfs::builder().filesystem(pt.clone()).build().unwrap();
+    // Held (as an open directory or the kernel above a mount would).
+    let held = v.entry("/old").unwrap();
+    assert_eq!(v.read("/old").unwrap(), b"old");
+    let old_ino = std::fs::metadata(dir.join("old")).unwrap().ino();
+    // Evict its descriptors.
+    for i in 0..64 {
+        std::fs::write(dir.join(format!("other/{i}")), b"x").unwrap();
+        v.read(format!("/other/{i}")).unwrap();
+    }
+    std::fs::remove_file(dir.join("old")).unwrap();
+    // Create files on the host until one takes the old number (ext4 and
+    // xfs reuse a freed number at once; tmpfs never does).
+    let mut reused = None;
+    for i in 0..32 {
+        let p = dir.join(format!("new{i}"));
+        std::fs::write(&p, format!("new{i}")).unwrap();
+        if std::fs::metadata(&p).unwrap().ino() == old_ino {
+            reused = Some(i);
+            break;
+        }
+    }
+    match reused {
+        Some(i) => {
+            let name = format!("/new{i}");
+            assert_eq!(v.read_to_string(&name).unwrap(), format!("new{i}"), "served as the deleted file");
+            v.write(&name, b"written").unwrap();
+            assert_eq!(std::fs::read(dir.join(&name[1..])).unwrap(), b"written");
+        }
+        None => eprintln!("the host filesystem did not reuse the inode number: nothing to check"),
+    }
+    drop((held, v));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
