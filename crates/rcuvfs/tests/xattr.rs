@@ -180,6 +180,7 @@ fn host_getxattr(path: &std::path::Path, name: &str) -> Option<Vec<u8>> {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "host xattr syscalls")]
 fn the_passthrough_serves_the_host_files_attributes() {
     let dir = std::env::temp_dir().join(format!("rcuvfs-xattr-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -1332,9 +1332,9 @@ mod tests {
     fn stable_keys_under_churn<const S: bool>() {
         let rcu = Arc::new(Rcu::new());
         let ix = Arc::new(Index::<E, S>::new());
-        let stable: Vec<u64> = (0..64).collect();
-        for &k in &stable {
-            insert(&ix, &rcu, entry(k));
+        let stable: Vec<*const E> = (0..64).map(entry).collect();
+        for &p in &stable {
+            insert(&ix, &rcu, p);
         }
         let stop = Arc::new(AtomicBool::new(false));
         let misses = Arc::new(StdU64::new(0));
@@ -1395,5 +1395,11 @@ mod tests {
         assert!(lookups.load(O::Relaxed) > 0);
         assert_eq!(misses.load(O::Relaxed), 0, "a stable key was missed");
         assert_eq!(ix.len(&rcu.read_lock()), 64);
+        drop(ix);
+        rcu.synchronize();
+        for p in stable {
+            // SAFETY: the index is gone and every reader with it.
+            drop(unsafe { Box::from_raw(p as *mut E) });
+        }
     }
 }
