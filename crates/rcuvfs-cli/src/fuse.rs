@@ -224,12 +224,12 @@ fn set_read_ahead(mountpoint: &Path, kb: u32) -> io::Result<()> {
     // is the newest mount on that point.
     let dev = info
         .lines()
-        .filter_map(|l| {
+        .rev()
+        .find_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
             let fstype = l.split(" - ").nth(1).unwrap_or("");
             (f.len() > 4 && Path::new(f[4]) == mnt && fstype.starts_with("fuse")).then(|| f[2].to_string())
         })
-        .last()
         .ok_or_else(|| io::Error::other(format!("{} is not in /proc/self/mountinfo", mnt.display())))?;
     std::fs::write(format!("/sys/class/bdi/{dev}/read_ahead_kb"), kb.to_string())
 }
@@ -273,11 +273,19 @@ struct KernelNotify {
 
 impl KernelNotify {
     fn node(&self, ino: u64) -> INodeNo {
-        match self.root_ino.get() {
-            Some(&r) if ino == r => INodeNo(1),
-            Some(&r) if ino == 1 => INodeNo(r),
-            _ => INodeNo(ino),
-        }
+        INodeNo(self.root_ino.get().map_or(ino, |&r| swap_root(r, ino)))
+    }
+}
+
+/// A library inode number as a FUSE node id and back: the root's number
+/// and FUSE's fixed 1 trade places.
+fn swap_root(root_ino: u64, ino: u64) -> u64 {
+    if ino == root_ino {
+        1
+    } else if ino == 1 {
+        root_ino
+    } else {
+        ino
     }
 }
 
@@ -397,13 +405,7 @@ impl Server {
 
     /// FUSE node id <-> library inode number.
     fn node_id(&self, ino: u64) -> u64 {
-        if ino == self.root_ino {
-            1
-        } else if ino == 1 {
-            self.root_ino
-        } else {
-            ino
-        }
+        swap_root(self.root_ino, ino)
     }
 
     /// The view a request runs in: the caller's credentials.
@@ -513,7 +515,7 @@ impl Server {
 
     fn add_file(&self, file: File, append: bool, backing: Option<Arc<BackingId>>) -> FileHandle {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.files.insert(fh, Arc::new(OpenFile { file, append, backing: backing }));
+        self.files.insert(fh, Arc::new(OpenFile { file, append, backing }));
         FileHandle(fh)
     }
 

@@ -147,71 +147,70 @@ impl Page {
     }
 
     /// Copies bytes `[from, from + out.len())` of the page (relaxed loads:
-    /// the caller validates or excludes writers). Whole words in one load
-    /// each.
+    /// the caller validates or excludes writers): whole words in one load
+    /// each, a partial word at either end through a copy of it.
     fn copy_out(&self, from: usize, out: &mut [u8]) {
         let words = self.words();
-        let mut i = 0;
-        while i < out.len() && ((from + i) % 8 != 0 || out.len() - i < 8) {
-            let at = from + i;
-            let w = words[at / 8].load(Ordering::Relaxed).to_le_bytes();
-            let off = at % 8;
-            let n = (8 - off).min(out.len() - i);
-            out[i..i + n].copy_from_slice(&w[off..off + n]);
-            i += n;
+        let (head, whole) = split_words(from, out.len());
+        let (h, rest) = out.split_at_mut(head);
+        let (body, tail) = rest.split_at_mut(whole * 8);
+        self.partial_out(from, h);
+        let first = (from + head) / 8;
+        for (c, w) in body.chunks_exact_mut(8).zip(&words[first..]) {
+            c.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
         }
-        let first = (from + i) / 8;
-        let body = &mut out[i..];
-        let whole = body.len() / 8;
-        for (k, c) in body.chunks_exact_mut(8).enumerate() {
-            c.copy_from_slice(&words[first + k].load(Ordering::Relaxed).to_le_bytes());
-        }
-        i += whole * 8;
-        if i < out.len() {
-            self.copy_out(from + i, &mut out[i..]);
-        }
+        self.partial_out(from + head + whole * 8, tail);
     }
 
     /// Stores bytes at `from` (the caller holds `writer` and has opened a
-    /// write section). Whole words in one store each.
+    /// write section): whole words in one store each, a partial word at
+    /// either end by a load, a merge and a store.
     fn copy_in(&self, from: usize, data: &[u8]) {
         let words = self.words();
-        let mut i = 0;
-        while i < data.len() && ((from + i) % 8 != 0 || data.len() - i < 8) {
-            let at = from + i;
-            let word = &words[at / 8];
-            let off = at % 8;
-            let n = (8 - off).min(data.len() - i);
+        let (head, whole) = split_words(from, data.len());
+        let (h, rest) = data.split_at(head);
+        let (body, tail) = rest.split_at(whole * 8);
+        self.partial_in(from, h);
+        let first = (from + head) / 8;
+        for (c, w) in body.chunks_exact(8).zip(&words[first..]) {
+            w.store(u64::from_le_bytes(c.try_into().expect("8 bytes")), Ordering::Relaxed);
+        }
+        self.partial_in(from + head + whole * 8, tail);
+    }
+
+    /// `copy_out` of bytes within one word.
+    fn partial_out(&self, at: usize, out: &mut [u8]) {
+        if !out.is_empty() {
+            let w = self.words()[at / 8].load(Ordering::Relaxed).to_le_bytes();
+            out.copy_from_slice(&w[at % 8..at % 8 + out.len()]);
+        }
+    }
+
+    /// `copy_in` of bytes within one word.
+    fn partial_in(&self, at: usize, data: &[u8]) {
+        if !data.is_empty() {
+            let word = &self.words()[at / 8];
             let mut w = word.load(Ordering::Relaxed).to_le_bytes();
-            w[off..off + n].copy_from_slice(&data[i..i + n]);
+            w[at % 8..at % 8 + data.len()].copy_from_slice(data);
             word.store(u64::from_le_bytes(w), Ordering::Relaxed);
-            i += n;
-        }
-        if i == data.len() {
-            return;
-        }
-        let first = (from + i) / 8;
-        let body = &data[i..];
-        let whole = body.len() / 8;
-        for (k, c) in body.chunks_exact(8).enumerate() {
-            words[first + k].store(u64::from_le_bytes(c.try_into().expect("8 bytes")), Ordering::Relaxed);
-        }
-        i += whole * 8;
-        if i < data.len() {
-            self.copy_in(from + i, &data[i..]);
         }
     }
 
     fn zero(&self, from: usize) {
-        let words = self.words();
-        if from % 8 != 0 {
-            let n = 8 - from % 8;
-            self.copy_in(from, &[0; 8][..n]);
-        }
-        for w in &words[from.div_ceil(8)..] {
+        let (head, _) = split_words(from, PAGE - from);
+        self.partial_in(from, &[0; 8][..head]);
+        for w in &self.words()[(from + head) / 8..] {
             w.store(0, Ordering::Relaxed);
         }
     }
+}
+
+/// How `len` bytes at byte `from` of a page split into words: the bytes
+/// before the first word boundary (all of them if none is reached), then
+/// the number of whole words; the rest is a partial word.
+fn split_words(from: usize, len: usize) -> (usize, usize) {
+    let head = ((8 - from % 8) % 8).min(len);
+    (head, (len - head) / 8)
 }
 
 /// Frees pages (their boxes and, in one call, their frames).

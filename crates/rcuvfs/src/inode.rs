@@ -140,9 +140,12 @@ pub(crate) struct Inode {
     sb: Node,
 }
 
+/// One extended attribute: its name and its value.
+pub(crate) type Xattr = (Box<[u8]>, Box<[u8]>);
+
 /// An inode's extended attributes, sorted by name.
 #[derive(Clone, Default)]
-pub(crate) struct Xattrs(pub Vec<(Box<[u8]>, Box<[u8]>)>);
+pub(crate) struct Xattrs(pub Vec<Xattr>);
 
 impl Xattrs {
     pub fn find(&self, name: &[u8]) -> std::result::Result<usize, usize> {
@@ -953,21 +956,10 @@ mod loom_xattr {
     use super::*;
     use crate::sync::atomic::loom_model as model;
 
+    /// A regular file's attributes (the dcache models' helper: inodes
+    /// from 10 up are files).
     fn attr() -> Attr {
-        Attr {
-            ino: 2,
-            kind: FileType::File,
-            perm: 0o644,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            blocks: 0,
-            atime: Timespec::default(),
-            mtime: Timespec::default(),
-            ctime: Timespec::default(),
-            rdev: 0,
-        }
+        crate::dcache::loom_tests::attr(10)
     }
 
     fn add(name: &'static [u8]) -> impl FnMut(Option<&Xattrs>) -> crate::error::Result<(Option<Xattrs>, ())> {

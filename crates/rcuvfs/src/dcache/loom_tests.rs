@@ -32,7 +32,7 @@ impl Stub {
     }
 }
 
-fn attr(ino: Ino) -> Attr {
+pub(crate) fn attr(ino: Ino) -> Attr {
     Attr {
         ino,
         kind: if ino < 10 { FileType::Dir } else { FileType::File },

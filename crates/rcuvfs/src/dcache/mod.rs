@@ -475,4 +475,4 @@ impl Drop for Dcache {
 }
 
 #[cfg(all(test, loom))]
-mod loom_tests;
+pub(crate) mod loom_tests;

@@ -103,6 +103,7 @@ struct Inner {
 pub struct Pool {
     #[cfg(not(any(loom, miri)))]
     inner: crate::sync::Mutex<Inner>,
+    /// Frames handed out (a statistic: Relaxed).
     #[cfg(any(loom, miri))]
     used: std::sync::atomic::AtomicUsize,
 }
@@ -154,49 +155,47 @@ impl Pool {
         {
             let start = out.len();
             let mut zero = Vec::new();
-            {
-                let mut g = self.inner.lock();
-                while out.len() - start < n {
-                    let Some(&base) = g.partial.first() else {
-                        match map_chunk() {
-                            Some(base) => {
-                                g.chunks.insert(base, Chunk::fresh());
-                                g.partial.insert(base);
-                                continue;
-                            }
-                            None => {
-                                let taken: Vec<_> = out.drain(start..).collect();
-                                // Counted as used, so that freeing them
-                                // balances.
-                                g.used += taken.len();
-                                drop(g);
-                                self.free(taken);
-                                return crate::error::fail(libc::ENOMEM);
-                            }
-                        }
+            let mut g = self.inner.lock();
+            while out.len() - start < n {
+                let Some(&base) = g.partial.first() else {
+                    // Mapped and faulted in without the lock (hundreds of
+                    // microseconds): others allocate and free meanwhile.
+                    drop(g);
+                    let Some(base) = map_chunk() else {
+                        // Counted as used as they were taken: freeing them
+                        // balances.
+                        let taken: Vec<_> = out.drain(start..).collect();
+                        self.free(taken);
+                        return crate::error::fail(libc::ENOMEM);
                     };
-                    if g.spare == Some(base) {
-                        g.spare = None;
-                    }
-                    let c = g.chunks.get_mut(&base).expect("a partial chunk is mapped");
-                    let mut reused = 0;
-                    while out.len() - start < n {
-                        let Some((i, dirty)) = c.take() else { break };
-                        let f = NonNull::new((base + i * PAGE) as *mut Frame).expect("a mapped address");
-                        if dirty {
-                            zero.push(f);
-                            reused += 1;
-                        }
-                        out.push(f);
-                    }
-                    let full = !c.any_free();
-                    g.dirty -= reused;
-                    if full {
-                        g.partial.remove(&base);
-                    }
+                    g = self.inner.lock();
+                    g.chunks.insert(base, Chunk::fresh());
+                    g.partial.insert(base);
+                    continue;
+                };
+                if g.spare == Some(base) {
+                    g.spare = None;
                 }
-                g.used += n;
+                let c = g.chunks.get_mut(&base).expect("a partial chunk is mapped");
+                let (mut taken, mut reused) = (0, 0);
+                while out.len() - start < n {
+                    let Some((i, dirty)) = c.take() else { break };
+                    let f = NonNull::new((base + i * PAGE) as *mut Frame).expect("a mapped address");
+                    if dirty {
+                        zero.push(f);
+                        reused += 1;
+                    }
+                    out.push(f);
+                    taken += 1;
+                }
+                let full = !c.any_free();
+                g.dirty -= reused;
+                g.used += taken;
+                if full {
+                    g.partial.remove(&base);
+                }
             }
+            drop(g);
             // Zeroed outside the lock: the frames are ours now.
             for f in zero {
                 // SAFETY: a frame we own, PAGE bytes long.

@@ -68,12 +68,17 @@
 //! | `Inner::nodes`   | the node tables (`by_ino`, `by_key`, `by_wd`, private inode numbers) and each node's lookup count reaching zero |
 //! | `Inner::watches` | the inotify watch set                                     |
 //! | `Node::wd`       | the node's watch descriptor                               |
+//! | `Node::fd` (its `state`) | the node's path descriptor and handle; `pinned` is set under it |
 //! | `Node::data`     | the node's cached data descriptor                         |
 //! | `Node::listing`  | the node's complete listing                               |
 //! | `Node::checked`  | the node's TTL bookkeeping                                |
+//! | `FdCache::queue` | the nodes holding cached descriptors, oldest first        |
 //!
-//! Order: `nodes`, then `watches` or `wd` (never both at once); `data`,
-//! `listing` and `checked` are leaves, taken alone or under `nodes`.
+//! Order: `nodes`, then `watches` or `wd` (never both at once), or a
+//! node's `fd` state, then its `data`; `queue` is taken holding no node's
+//! lock, and released before an eviction takes the evicted node's
+//! (see `fds`); `listing` and `checked` are leaves, taken alone or under
+//! `nodes`.
 //!
 //! Calls into the VFS ([`Notify`]) are made holding none of these, as the
 //! `Notify` contract requires: a notification takes the VFS's locks, and
@@ -152,7 +157,8 @@ struct Node {
     fd: PathFd,
     /// This node, for the descriptor cache's queue.
     me: Weak<Node>,
-    /// In the descriptor cache's queue.
+    /// In the descriptor cache's queue (set when queued, cleared when
+    /// evicted).
     queued: AtomicBool,
     /// Unlinked through this filesystem while held: its descriptors stay.
     pinned: AtomicBool,

@@ -129,8 +129,8 @@ pub(super) struct FdCache {
     /// Nodes that may hold cached descriptors at once.
     pub budget: usize,
     queue: Mutex<VecDeque<Weak<Node>>>,
-    queued: AtomicUsize,
-    /// Descriptors opened from a handle (for tests and reports).
+    /// Descriptors opened from a handle (for tests and reports; a
+    /// statistic, so Relaxed).
     pub reopened: AtomicUsize,
 }
 
@@ -152,13 +152,7 @@ impl FdCache {
             h.open(fd.as_raw_fd()).ok()?;
             Some((fd, id))
         });
-        FdCache {
-            mount,
-            budget: budget.max(16),
-            queue: Mutex::new(VecDeque::new()),
-            queued: AtomicUsize::new(0),
-            reopened: AtomicUsize::new(0),
-        }
+        FdCache { mount, budget: budget.max(16), queue: Mutex::new(VecDeque::new()), reopened: AtomicUsize::new(0) }
     }
 
     /// Whether nodes here hold handles rather than descriptors.
@@ -208,7 +202,10 @@ impl FdCache {
     /// `node` holds cached descriptors now: queue it (once), and evict the
     /// oldest past the budget.
     pub fn opened(&self, node: &Node) {
-        if node.pinned.load(Ordering::Relaxed) || node.queued.swap(true, Ordering::AcqRel) {
+        // `pinned` is a hint here (`close` decides under the node's lock);
+        // `queued` needs no ordering of its own: it only keeps a node from
+        // being queued twice, and the queue's lock orders the rest.
+        if node.pinned.load(Ordering::Relaxed) || node.queued.swap(true, Ordering::Relaxed) {
             return;
         }
         let mut q = self.queue.lock().unwrap();
@@ -220,7 +217,6 @@ impl FdCache {
                 None => continue,
             }
         }
-        self.queued.store(q.len(), Ordering::Relaxed);
         drop(q);
         for n in evict {
             Self::close(&n);
@@ -231,12 +227,13 @@ impl FdCache {
     /// their users until they finish).
     fn close(n: &Node) {
         // Cleared first: a thread that opens a descriptor after the take
-        // below queues the node again.
-        n.queued.store(false, Ordering::Release);
+        // below queues the node again. (Relaxed: the node's lock, taken
+        // next, orders it before the take for such a thread.)
+        n.queued.store(false, Ordering::Relaxed);
         // Under the path descriptor's lock, which `pin` takes to set the
         // flag: a node pinned meanwhile keeps its descriptors. (Lock order:
-        // `open`, then `data`; `data_fd` never holds `data` while it takes
-        // `open`.)
+        // `state`, then `data`; `data_fd` never holds `data` while it takes
+        // `state`.) Relaxed: `pinned` is written and read under `state`.
         let mut st = n.fd.state.lock().unwrap();
         if n.pinned.load(Ordering::Relaxed) {
             return;
@@ -264,6 +261,7 @@ impl FdCache {
 
     /// Undoes `pin`: the unlink failed, or the object has links left.
     pub fn unpin(&self, node: &Node) {
+        // Under the lock `close` decides under (see there).
         let st = node.fd.state.lock().unwrap();
         node.pinned.store(false, Ordering::Relaxed);
         drop(st);
@@ -272,6 +270,6 @@ impl FdCache {
 
     /// Nodes holding cached descriptors now (at most the budget).
     pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
+        self.queue.lock().unwrap().len()
     }
 }
