@@ -18,6 +18,8 @@
 //! rename into a subtree. The filesystem checks what its own tables decide:
 //! existence, emptiness, file type (EISDIR/ENOTDIR), and space (ENOSPC).
 
+#[cfg(all(feature = "etcd", not(loom)))]
+pub mod etcd;
 pub mod memfs;
 #[cfg(not(loom))]
 pub mod passthrough;

@@ -1,0 +1,187 @@
+//! A local etcd cluster on loopback ports, for tests, the lab, and users
+//! trying the etcd filesystem on one machine (`rcuvfs etcd`).
+//!
+//! Members are `etcd` processes (the binary from `RCUVFS_ETCD`, else `etcd`
+//! on the PATH: Debian's `etcd-server`), each with its own data directory
+//! under one scratch directory (in `/dev/shm` where there is one, so that
+//! Raft's fsyncs cost little). Members can be killed and restarted to test
+//! faults; dropping the cluster kills them all and removes the directory.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+    child: Option<Child>,
+}
+
+/// A running local cluster.
+pub struct LocalCluster {
+    dir: PathBuf,
+    members: Vec<Member>,
+    token: String,
+}
+
+/// A free loopback port (bound, noted, released).
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn etcd_binary() -> PathBuf {
+    std::env::var_os("RCUVFS_ETCD").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("etcd"))
+}
+
+/// Whether the member at `port` answers its health check.
+fn healthy(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(1000)));
+    if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.contains("\"health\":\"true\"")
+}
+
+impl LocalCluster {
+    /// Starts `n` members (1 or 3 for tests) and waits until the cluster
+    /// answers.
+    pub fn start(n: usize) -> Result<LocalCluster> {
+        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let token = format!("rcuvfs-{}-{stamp}", std::process::id());
+        let dir = base.join(&token);
+        std::fs::create_dir_all(&dir)?;
+        let mut members = Vec::new();
+        for i in 0..n.max(1) {
+            members.push(Member { name: format!("m{i}"), client: free_port()?, peer: free_port()?, child: None });
+        }
+        let mut c = LocalCluster { dir, members, token };
+        for i in 0..c.members.len() {
+            c.spawn(i, true)?;
+        }
+        c.wait_healthy(Duration::from_secs(30))?;
+        Ok(c)
+    }
+
+    fn spawn(&mut self, i: usize, new: bool) -> Result<()> {
+        let initial: Vec<String> =
+            self.members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer)).collect();
+        let m = &self.members[i];
+        let log = std::fs::File::create(self.dir.join(format!("{}.log", m.name)))?;
+        let child = Command::new(etcd_binary())
+            .arg("--name")
+            .arg(&m.name)
+            .arg("--data-dir")
+            .arg(self.dir.join(&m.name))
+            .arg("--listen-client-urls")
+            .arg(format!("http://127.0.0.1:{}", m.client))
+            .arg("--advertise-client-urls")
+            .arg(format!("http://127.0.0.1:{}", m.client))
+            .arg("--listen-peer-urls")
+            .arg(format!("http://127.0.0.1:{}", m.peer))
+            .arg("--initial-advertise-peer-urls")
+            .arg(format!("http://127.0.0.1:{}", m.peer))
+            .arg("--initial-cluster")
+            .arg(initial.join(","))
+            .arg("--initial-cluster-token")
+            .arg(&self.token)
+            .arg("--initial-cluster-state")
+            .arg(if new { "new" } else { "existing" })
+            // Failover in well under a second on loopback.
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            // Keep 10,000 revisions of history; watches resume within it.
+            .args(["--auto-compaction-mode", "revision", "--auto-compaction-retention", "10000"])
+            .args(["--quota-backend-bytes", &(8u64 << 30).to_string()])
+            .args(["--log-level", "warn", "--logger", "zap"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e} (install etcd-server, or set RCUVFS_ETCD)", etcd_binary().display()),
+                )
+            })?;
+        self.members[i].child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until every running member answers its health check.
+    pub fn wait_healthy(&mut self, within: Duration) -> Result<()> {
+        let t = Instant::now();
+        loop {
+            let mut all = true;
+            for m in &mut self.members {
+                if let Some(c) = &mut m.child {
+                    if let Ok(Some(status)) = c.try_wait() {
+                        return Err(std::io::Error::other(format!(
+                            "etcd member {} exited ({status}); log in {}",
+                            m.name,
+                            self.dir.display()
+                        )));
+                    }
+                    all &= healthy(m.client);
+                }
+            }
+            if all {
+                return Ok(());
+            }
+            if t.elapsed() > within {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("etcd cluster not healthy after {within:?}; logs in {}", self.dir.display()),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `host:port` of each member's client URL.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| format!("127.0.0.1:{}", m.client)).collect()
+    }
+
+    /// `ENDPOINTS/PREFIX`, as `--backend etcd:` takes it.
+    pub fn spec(&self, prefix: &str) -> String {
+        format!("{}/{prefix}", self.endpoints().join(","))
+    }
+
+    /// Kills member `i` (SIGKILL), as a crash.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Restarts member `i` on its data directory.
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        self.kill(i);
+        self.spawn(i, false)
+    }
+
+    /// The scratch directory (data and logs).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,351 @@
+//! The etcd filesystem: several `Vfs` clients on one cluster see one tree.
+//! Each test starts its own members on loopback ports (`LocalCluster`, from
+//! the `etcd` binary of Debian's etcd-server) and stops them.
+//!
+//! After each test that races or breaks things, `Etcd::check` reads the
+//! whole tree at one revision and must find no broken invariant.
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::errno;
+use rcuvfs::fs::etcd::{Etcd, EtcdOptions, LocalCluster};
+use rcuvfs::{OpenOptions, Vfs};
+
+fn options(c: &LocalCluster, prefix: &str) -> EtcdOptions {
+    let mut o = EtcdOptions::parse(&c.spec(prefix)).unwrap();
+    o.timeout = Duration::from_secs(3);
+    o.orphan_grace = Duration::from_millis(300);
+    o.lease_ttl = Duration::from_secs(2);
+    o
+}
+
+/// A client: its Vfs and its filesystem (for counters and the check).
+fn client(o: &EtcdOptions) -> (Vfs, Arc<Etcd>) {
+    let fs = Arc::new(Etcd::connect(o.clone()).unwrap());
+    (Vfs::builder().filesystem(fs.clone()).build().unwrap(), fs)
+}
+
+/// Polls `f` until it holds, for at most 10 s: the tests check that a
+/// change shows up, not how fast (the lab measures that).
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "not seen within 10 s: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn assert_whole(fs: &Etcd) {
+    let bad = fs.check().unwrap();
+    assert!(bad.is_empty(), "the tree is torn: {bad:#?}");
+}
+
+#[test]
+fn bad_specs_are_refused() {
+    for s in ["", "/prefix", "localhost", "a:1,b/x"] {
+        let e = EtcdOptions::parse(s).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{s:?}");
+    }
+    let o = EtcdOptions::parse("h1:1,h2:2/trees/a/").unwrap();
+    assert_eq!((o.endpoints.len(), o.prefix.as_str()), (2, "trees/a"));
+    assert_eq!(EtcdOptions::parse("h:1").unwrap().prefix, "rcuvfs");
+}
+
+#[test]
+fn one_client_is_a_posix_filesystem() {
+    let c = LocalCluster::start(1).unwrap();
+    let (v, fs) = client(&options(&c, "posix"));
+    v.create_dir_all("/a/b").unwrap();
+    v.write("/a/b/f", b"hello").unwrap();
+    assert_eq!(v.read("/a/b/f").unwrap(), b"hello");
+    assert_eq!(errno(&v.create_dir("/a")), libc::EEXIST);
+    assert_eq!(errno(&v.remove_dir("/a")), libc::ENOTEMPTY);
+    assert_eq!(errno(&v.remove_file("/a/b")), libc::EISDIR);
+    assert_eq!(errno(&v.remove_dir("/a/b/f")), libc::ENOTDIR);
+    assert_eq!(errno(&v.metadata("/a/b/f/x")), libc::ENOTDIR);
+    assert_eq!(errno(&v.rename("/a", "/a/b/c")), libc::EINVAL);
+    assert_eq!(v.metadata("/a").unwrap().nlink(), 3);
+
+    // Data across chunk edges, holes, truncation.
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    v.write("/big", &big).unwrap();
+    assert_eq!(v.read("/big").unwrap(), big);
+    let f = v.open("/big", OpenOptions::new().read(true).write(true)).unwrap();
+    f.write_at(b"XYZ", 65_535).unwrap();
+    f.write_at(b"end", 400_000).unwrap();
+    let mut want = big.clone();
+    want[65_535..65_538].copy_from_slice(b"XYZ");
+    want.resize(400_000, 0);
+    want.extend_from_slice(b"end");
+    assert_eq!(v.read("/big").unwrap(), want);
+    f.set_len(70_000).unwrap();
+    f.set_len(80_000).unwrap();
+    want.truncate(70_000);
+    want.resize(80_000, 0);
+    assert_eq!(v.read("/big").unwrap(), want);
+    drop(f);
+
+    // Links, symlinks, renames over names, xattrs.
+    v.hard_link("/big", "/a/big2").unwrap();
+    assert_eq!(v.metadata("/big").unwrap().nlink(), 2);
+    v.symlink("a/b/f", "/s").unwrap();
+    assert_eq!(v.read("/s").unwrap(), b"hello");
+    v.write("/g", b"g").unwrap();
+    v.rename("/g", "/a/b/f").unwrap();
+    assert_eq!(v.read("/a/b/f").unwrap(), b"g");
+    v.create_dir("/a/e").unwrap();
+    v.rename("/a/e", "/a/b/e").unwrap();
+    assert_eq!((v.metadata("/a").unwrap().nlink(), v.metadata("/a/b").unwrap().nlink()), (3, 3));
+    v.set_permissions("/big", rcuvfs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(v.metadata("/a/big2").unwrap().permissions().mode() & 0o777, 0o600);
+    v.set_xattr("/big", "user.k", b"v", rcuvfs::fs::XattrSet::Create).unwrap();
+    assert_eq!(v.get_xattr("/big", "user.k").unwrap(), b"v");
+    assert_eq!(errno(&v.set_xattr("/big", "user.k", b"w", rcuvfs::fs::XattrSet::Create)), libc::EEXIST);
+    assert_eq!(errno(&v.get_xattr("/big", "user.none")), libc::ENODATA);
+
+    // Listings: every name once, from any cookie.
+    for i in 0..600 {
+        v.write(format!("/a/n{i}"), b"").unwrap();
+    }
+    let names: Vec<_> = v.read_dir("/a").unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 602);
+    let mut sorted = names.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 602);
+    v.remove_dir_all("/a").unwrap();
+    assert_eq!(errno(&v.metadata("/a")), libc::ENOENT);
+    assert_whole(&fs);
+}
+
+#[test]
+fn two_clients_see_each_others_changes() {
+    let c = LocalCluster::start(1).unwrap();
+    let o = options(&c, "coherence");
+    let (a, afs) = client(&o);
+    let (b, bfs) = client(&o);
+    // B caches a miss; A's create must replace it.
+    assert_eq!(errno(&b.metadata("/f")), libc::ENOENT);
+    a.write("/f", b"one").unwrap();
+    // A's own change is visible to A at once.
+    assert_eq!(a.read("/f").unwrap(), b"one");
+    eventually("create on B", || b.read("/f").map(|d| d == b"one").unwrap_or(false));
+    // B caches the file's attributes; A's write must refresh them.
+    assert_eq!(b.metadata("/f").unwrap().len(), 3);
+    a.write("/f", b"longer").unwrap();
+    eventually("write on B", || b.metadata("/f").map(|m| m.len() == 6).unwrap_or(false));
+    assert_eq!(b.read("/f").unwrap(), b"longer");
+    a.set_permissions("/f", rcuvfs::Permissions::from_mode(0o640)).unwrap();
+    eventually("chmod on B", || b.metadata("/f").map(|m| m.permissions().mode() & 0o777 == 0o640).unwrap_or(false));
+    b.create_dir("/d").unwrap();
+    a.metadata("/d").ok();
+    b.rename("/f", "/d/g").unwrap();
+    eventually("rename on A", || errno(&a.metadata("/f")) == libc::ENOENT && a.read("/d/g").is_ok());
+    a.remove_file("/d/g").unwrap();
+    eventually("unlink on B", || errno(&b.metadata("/d/g")) == libc::ENOENT);
+    assert!(afs.stats().events.load(Ordering::Relaxed) > 0 && bfs.stats().events.load(Ordering::Relaxed) > 0);
+    assert_whole(&afs);
+}
+
+/// Two clients, two threads each, create, rename, link and unlink the same
+/// few names in two directories; every answer must be one POSIX allows,
+/// and the tree must end whole and the same on both.
+#[test]
+fn racing_clients_end_consistent() {
+    let c = LocalCluster::start(1).unwrap();
+    let o = options(&c, "race");
+    let clients: Vec<_> = (0..2).map(|_| client(&o)).collect();
+    clients[0].0.create_dir("/x").unwrap();
+    clients[0].0.create_dir("/y").unwrap();
+    let wrong = AtomicUsize::new(0);
+    let names = ["/x/a", "/x/b", "/y/a", "/y/b", "/x/d", "/y/d"];
+    std::thread::scope(|s| {
+        for (ci, (v, _)) in clients.iter().enumerate() {
+            for t in 0..2 {
+                let wrong = &wrong;
+                s.spawn(move || {
+                    let mut seed = (ci * 2 + t) as u64 * 7919 + 1;
+                    let mut rnd = |n: usize| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        (seed % n as u64) as usize
+                    };
+                    for _ in 0..150 {
+                        let (p, q) = (names[rnd(names.len())], names[rnd(names.len())]);
+                        let r = match rnd(6) {
+                            0 => v.write(p, b"data").map(|_| ()),
+                            1 => v.rename(p, q),
+                            2 => v.remove_file(p),
+                            3 => v.hard_link(p, q),
+                            4 => v.create_dir(p),
+                            _ => v.remove_dir(p),
+                        };
+                        let ok = [
+                            0,
+                            libc::ENOENT,
+                            libc::EEXIST,
+                            libc::EISDIR,
+                            libc::ENOTDIR,
+                            libc::ENOTEMPTY,
+                            libc::EPERM,
+                            libc::EINVAL,
+                        ];
+                        if !ok.contains(&errno(&r)) {
+                            eprintln!("unexpected: {r:?}");
+                            wrong.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        }
+    });
+    assert_eq!(wrong.load(Ordering::Relaxed), 0);
+    assert_whole(&clients[0].1);
+    // Both clients converge on the same listing.
+    let list = |v: &Vfs, d: &str| {
+        let mut n: Vec<_> = v.read_dir(d).unwrap().map(|e| e.unwrap().file_name()).collect();
+        n.sort();
+        n
+    };
+    for d in ["/x", "/y"] {
+        let want = list(&clients[0].0, d);
+        eventually("the same listing on both", || list(&clients[1].0, d) == want);
+        for n in &want {
+            let p = format!("{d}/{}", n.to_string_lossy());
+            eventually("the same attributes on both", || {
+                let (m0, m1) = (clients[0].0.symlink_metadata(&p), clients[1].0.symlink_metadata(&p));
+                matches!((m0, m1), (Ok(a), Ok(b)) if a.ino() == b.ino() && a.nlink() == b.nlink() && a.len() == b.len())
+            });
+        }
+    }
+}
+
+#[test]
+fn unlinked_while_held_stays_readable_then_goes() {
+    let c = LocalCluster::start(1).unwrap();
+    let o = options(&c, "orphans");
+    let (a, afs) = client(&o);
+    let (b, _bfs) = client(&o);
+    a.write("/f", b"kept").unwrap();
+    a.write("/g", b"mine").unwrap();
+    let held = a.open("/f", OpenOptions::new().read(true)).unwrap();
+    let own = a.open("/g", OpenOptions::new().read(true)).unwrap();
+    eventually("f on B", || b.metadata("/f").is_ok());
+    // Another client unlinks one, this client the other.
+    b.remove_file("/f").unwrap();
+    a.remove_file("/g").unwrap();
+    std::thread::sleep(o.orphan_grace * 4);
+    let mut buf = [0u8; 16];
+    let n = held.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], b"kept");
+    let n = own.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], b"mine");
+    assert_eq!(afs.orphans().unwrap(), (2, 2));
+    assert_whole(&afs);
+    drop((held, own));
+    eventually("both orphans reclaimed", || afs.orphans().unwrap() == (0, 0));
+    assert_whole(&afs);
+}
+
+/// A client killed with SIGKILL in the middle of its writes leaves the tree
+/// whole: the other sees each file as its last committed write, and the
+/// dead client's holds go with its lease.
+#[test]
+fn a_killed_client_leaves_no_torn_state() {
+    if let Ok(spec) = std::env::var("RCUVFS_ETCD_CHILD") {
+        // The child: writes files, holds one unlinked, until killed.
+        let mut o = EtcdOptions::parse(&spec).unwrap();
+        o.lease_ttl = Duration::from_secs(2);
+        let (v, _) = client(&o);
+        v.write("/held", b"h").unwrap();
+        let f = v.open("/held", OpenOptions::new().read(true)).unwrap();
+        v.remove_file("/held").unwrap();
+        println!("READY");
+        let block = vec![b'z'; 200_000];
+        for i in 0.. {
+            v.write(format!("/w{}", i % 4), &block).unwrap();
+            let _ = f.metadata();
+        }
+        unreachable!();
+    }
+    let c = LocalCluster::start(1).unwrap();
+    let o = options(&c, "killed");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_killed_client_leaves_no_torn_state", "--nocapture"])
+        .env("RCUVFS_ETCD_CHILD", c.spec("killed"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("READY") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "the child died");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (v, fs) = client(&o);
+    for i in 0..4 {
+        if let Ok(d) = v.read(format!("/w{i}")) {
+            // `write` is a truncating open, then one write call (one
+            // transaction): empty or whole, never a part.
+            assert!(d.is_empty() || d.len() == 200_000 && d.iter().all(|b| *b == b'z'), "w{i} torn: {} bytes", d.len());
+        }
+    }
+    assert_whole(&fs);
+    // The orphan it held goes once its lease runs out.
+    eventually("the dead client's orphan reclaimed", || fs.orphans().unwrap() == (0, 0));
+    assert_whole(&fs);
+}
+
+/// Three members: one killed, work goes on; two killed, calls fail with
+/// ETIMEDOUT or EIO within a bound and change nothing; back, work resumes.
+#[test]
+fn members_die_and_return() {
+    let mut c = LocalCluster::start(3).unwrap();
+    let o = options(&c, "faults");
+    let (v, fs) = client(&o);
+    v.create_dir("/d").unwrap();
+    let mut n = 0;
+    let mut work = |v: &Vfs, count: usize| -> std::io::Result<()> {
+        for _ in 0..count {
+            v.write(format!("/d/f{n}"), format!("{n}"))?;
+            n += 1;
+        }
+        Ok(())
+    };
+    work(&v, 20).unwrap();
+    c.kill(0);
+    // A client may have been talking to the dead member, and a leader
+    // election takes a moment: a call may fail once, then work goes on.
+    let t = Instant::now();
+    while work(&v, 1).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(10), "no progress with 2 of 3 members");
+    }
+    work(&v, 20).unwrap();
+    c.kill(1);
+    let t = Instant::now();
+    let r = v.write("/d/lost", b"x");
+    let took = t.elapsed();
+    assert!(matches!(errno(&r), libc::ETIMEDOUT | libc::EIO), "without quorum: {r:?}");
+    assert!(took < o.timeout * 3, "an answer without quorum took {took:?}");
+    c.restart(0).unwrap();
+    c.restart(1).unwrap();
+    c.wait_healthy(Duration::from_secs(30)).unwrap();
+    let t = Instant::now();
+    while work(&v, 1).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(20), "no progress after the members returned");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for i in 0..n {
+        assert_eq!(v.read(format!("/d/f{i}")).unwrap(), format!("{i}").as_bytes());
+    }
+    assert_whole(&fs);
+}
