@@ -79,9 +79,11 @@ pub struct MountArgs {
     /// 128, 2.9-3.4 GB/s at 1024, reading 1 GiB from memfs).
     #[arg(long, default_value_t = 1024)]
     read_ahead_kb: u32,
-    /// What to serve: `memfs` (an empty in-memory filesystem) or
+    /// What to serve: `memfs` (an empty in-memory filesystem),
     /// `passthrough:DIR` (a host directory, kept coherent with changes
-    /// made there directly).
+    /// made there directly), or `etcd:HOST:PORT[,HOST:PORT...][/PREFIX]`
+    /// (a tree in an etcd cluster, shared with every other client of it;
+    /// PREFIX defaults to `rcuvfs`).
     #[arg(long, default_value = "memfs")]
     backend: String,
     /// The kernel's writeback cache: writes land in the kernel's page
@@ -135,8 +137,18 @@ pub fn run(args: MountArgs) -> io::Result<()> {
             .map_err(|e| io::Error::new(e.kind(), format!("backend {}: {e}", d.display())))?;
         b = b.filesystem(std::sync::Arc::new(pt));
         format!("{} (passthrough)", d.display())
+    } else if let Some(spec) = args.backend.strip_prefix("etcd:") {
+        let o = rcuvfs::fs::etcd::EtcdOptions::parse(spec)?;
+        let what = format!("etcd {} under {}", o.endpoints.join(","), o.prefix);
+        let fs =
+            rcuvfs::fs::etcd::Etcd::connect(o).map_err(|e| io::Error::new(e.kind(), format!("backend {spec}: {e}")))?;
+        b = b.filesystem(std::sync::Arc::new(fs));
+        what
     } else {
-        return Err(io::Error::other(format!("unknown backend {:?} (memfs, passthrough:DIR)", args.backend)));
+        return Err(io::Error::other(format!(
+            "unknown backend {:?} (memfs, passthrough:DIR, etcd:ENDPOINTS[/PREFIX])",
+            args.backend
+        )));
     };
     if let Some(n) = args.size {
         b = b.max_bytes(n);
@@ -166,7 +178,7 @@ pub fn run(args: MountArgs) -> io::Result<()> {
         keep: args.backend == "memfs",
         writeback: args.writeback_cache,
         // Host files only; the kernel refuses it with the writeback cache.
-        passthrough: args.backend != "memfs" && !args.no_kernel_passthrough && !args.writeback_cache,
+        passthrough: args.backend.starts_with("passthrough:") && !args.no_kernel_passthrough && !args.writeback_cache,
     };
     let server = Server::new(vfs, ttl, data);
 

@@ -4,8 +4,10 @@
 //! workloads in each reference mode (global, lockref, rcuwalk, norefs) and
 //! the `host` peer; the lab adds the other workloads to the same registry.
 //! `rcuvfs mount` serves the library to real programs over FUSE.
+//! `rcuvfs etcd` runs a local etcd cluster for the etcd backend.
 
 mod bench;
+mod cluster;
 mod fuse;
 
 /// mimalloc, not glibc's malloc: an update frees through RCU, on whichever
@@ -32,6 +34,9 @@ enum Cmd {
     /// Serve an rcuvfs filesystem over FUSE at MOUNTPOINT until unmounted,
     /// SIGINT or SIGTERM.
     Mount(fuse::MountArgs),
+    /// Run a local etcd cluster (for `--backend etcd:...`) until SIGINT or
+    /// SIGTERM; prints the backend argument that reaches it.
+    Etcd(cluster::EtcdArgs),
 }
 
 fn main() {
@@ -39,6 +44,7 @@ fn main() {
     let result = match cli.cmd {
         Cmd::Bench(args) => bench::run(args),
         Cmd::Mount(args) => fuse::run(args),
+        Cmd::Etcd(args) => cluster::run(args),
     };
     if let Err(e) = result {
         eprintln!("rcuvfs: {e}");

@@ -458,8 +458,15 @@ impl VfsNotify {
 impl Notify for VfsNotify {
     fn entry_changed(&self, parent: Ino, name: &[u8]) {
         self.with(|dc, sb| {
-            if let Some(d) = dc.cached_child(sb, parent, name) {
-                dc.d_invalidate(&d);
+            if let Some(dir) = dc.alias_ref(sb, parent) {
+                // A lookup of this name in flight holds its name lock
+                // across the filesystem's answer and the dcache's record
+                // of it: wait for it, then drop what it cached, which may
+                // predate the change (a miss read just before a create).
+                let _name = lock_name(dc, &dir, name);
+                if let Some(d) = dc.d_lookup(&dir, name) {
+                    dc.d_invalidate(&d);
+                }
             }
         });
         if let Some(o) = &self.observer {

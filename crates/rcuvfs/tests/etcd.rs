@@ -121,6 +121,10 @@ fn one_client_is_a_posix_filesystem() {
     v.remove_dir_all("/a").unwrap();
     assert_eq!(errno(&v.metadata("/a")), libc::ENOENT);
     assert_whole(&fs);
+    // None of its own changes came back to it through the watch.
+    let r = fs.revision().unwrap();
+    eventually("the watcher at the last change", || fs.watched_revision() >= r);
+    assert_eq!(fs.stats().events.load(Ordering::Relaxed), 0);
 }
 
 #[test]
@@ -348,4 +352,65 @@ fn members_die_and_return() {
         assert_eq!(v.read(format!("/d/f{i}")).unwrap(), format!("{i}").as_bytes());
     }
     assert_whole(&fs);
+}
+
+/// A lookup on one client in flight while another creates (or removes) the
+/// name: once the first client's watcher has passed the change, the name
+/// must look as the change left it. Before the notification waited for the
+/// lookup in flight, the miss it had read was cached after the watcher
+/// dropped nothing, and stayed.
+#[test]
+fn a_change_is_not_lost_to_a_lookup_in_flight() {
+    let c = LocalCluster::start(1).unwrap();
+    let o = options(&c, "inflight");
+    let (a, afs) = client(&o);
+    let (b, bfs) = client(&o);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let rounds = 150;
+    let wrong = AtomicUsize::new(0);
+    let current = AtomicUsize::new(0);
+    /// Stops the lookups however the rounds end.
+    struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    /// Waits until A's watcher has passed B's last change.
+    fn settle(afs: &Etcd, bfs: &Etcd) {
+        let r = bfs.revision().unwrap();
+        eventually("A's watcher at B's change", || afs.watched_revision() >= r);
+    }
+    std::thread::scope(|s| {
+        let _stop = Stop(&stop);
+        // A's threads look up the name of the round all the time.
+        for _ in 0..3 {
+            let (a, stop, current) = (&a, &stop, &current);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = a.metadata(format!("/n{}", current.load(Ordering::Relaxed)));
+                }
+            });
+        }
+        for i in 0..rounds {
+            current.store(i, Ordering::Relaxed);
+            let name = format!("/n{i}");
+            let present = i % 2 == 0;
+            b.write(&name, b"").unwrap();
+            if !present {
+                // Seen on A first (its positive dentry then goes stale).
+                settle(&afs, &bfs);
+                if a.metadata(&name).is_err() {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                }
+                b.remove_file(&name).unwrap();
+            }
+            settle(&afs, &bfs);
+            if a.metadata(&name).is_ok() != present {
+                wrong.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    assert_eq!(wrong.load(Ordering::Relaxed), 0, "names that stayed as they were before the change");
+    assert_whole(&afs);
 }

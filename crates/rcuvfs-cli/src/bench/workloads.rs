@@ -31,6 +31,9 @@ pub enum Backend {
     Memfs,
     /// A host directory, through the passthrough filesystem.
     Passthrough(PathBuf),
+    /// A tree in an etcd cluster (`ENDPOINTS[/PREFIX]`); each run gets a
+    /// scratch tree under the prefix, deleted when the run ends.
+    Etcd(rcuvfs::fs::etcd::EtcdOptions),
 }
 
 impl Backend {
@@ -45,7 +48,10 @@ impl Backend {
             }
             return Ok(Backend::Passthrough(dir));
         }
-        Err(std::io::Error::other(format!("unknown backend {s:?} (memfs, passthrough:DIR)")))
+        if let Some(spec) = s.strip_prefix("etcd:") {
+            return Ok(Backend::Etcd(rcuvfs::fs::etcd::EtcdOptions::parse(spec)?));
+        }
+        Err(std::io::Error::other(format!("unknown backend {s:?} (memfs, passthrough:DIR, etcd:ENDPOINTS[/PREFIX])")))
     }
 }
 
@@ -211,6 +217,14 @@ fn backend_vfs(ctx: &Ctx, mode: &str) -> std::io::Result<(Vfs, Option<Arc<Passth
             let stats = pt.stats();
             Ok((b.filesystem(Arc::new(pt)).build()?, Some(stats)))
         }
+        Backend::Etcd(o) => {
+            static RUN: AtomicU64 = AtomicU64::new(0);
+            let mut o = o.clone();
+            o.prefix = format!("{}/bench-{}-{}", o.prefix, std::process::id(), RUN.fetch_add(1, Ordering::Relaxed));
+            o.remove_on_drop = true;
+            let fs = rcuvfs::fs::etcd::Etcd::connect(o)?;
+            Ok((b.filesystem(Arc::new(fs)).build()?, None))
+        }
     }
 }
 
@@ -218,8 +232,12 @@ fn backend_vfs(ctx: &Ctx, mode: &str) -> std::io::Result<(Vfs, Option<Arc<Passth
 fn memfs_only(ctx: &Ctx, workload: &str) -> std::io::Result<()> {
     match ctx.backend {
         Backend::Memfs => Ok(()),
-        Backend::Passthrough(_) => {
-            Err(std::io::Error::other(format!("{workload} runs on memfs only (passthrough: stat-same, tree-walk)")))
+        // Namespace workloads run on etcd too: a create is a transaction.
+        Backend::Etcd(_) if workload.starts_with("create") => Ok(()),
+        Backend::Passthrough(_) | Backend::Etcd(_) => {
+            Err(std::io::Error::other(format!(
+                "{workload} runs on memfs only (passthrough: stat-same, stat-private, tree-walk; etcd: those and create-private, create-shared)"
+            )))
         }
     }
 }

@@ -42,7 +42,7 @@ impl Etcd {
                 Key::Xattr(ino) => xattrs.push(ino),
                 Key::Orphan(ino) => orphans.push(ino),
                 Key::Hold(ino) => holds.push(ino),
-                Key::Times(_) => {}
+                Key::Times(_) | Key::Writer(_) => {}
                 Key::Other if kv.key() == l.next_ino().as_slice() => {
                     next = kv.value().try_into().map(u64::from_be_bytes).unwrap_or(0);
                 }

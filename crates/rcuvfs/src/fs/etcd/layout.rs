@@ -15,6 +15,7 @@
 //! | `P/x/{ino}/{name}`              | an extended attribute                  |
 //! | `P/o/{ino}`                     | an orphan: no links left, reclaimed once no client holds it |
 //! | `P/h/{ino}/{client}`            | a client holds the orphan (attached to the client's lease) |
+//! | `P/w/{client}`                  | put by every transaction of that client, so that its watcher knows the revision as its own |
 //!
 //! A directory's entries sort by cookie, a 61-bit hash of the name, which is
 //! the readdir cookie: resuming a listing is a range read from the cookie's
@@ -81,6 +82,7 @@ pub enum Key<'a> {
     Xattr(Ino),
     Orphan(Ino),
     Hold(Ino),
+    Writer(i64),
     Other,
 }
 
@@ -191,6 +193,10 @@ impl Layout {
         k
     }
 
+    pub fn writer(&self, client: i64) -> Vec<u8> {
+        self.key(b'w', client as u64)
+    }
+
     /// What `key` is.
     pub fn parse<'a>(&self, key: &'a [u8]) -> Key<'a> {
         let Some(rest) = key.strip_prefix(self.prefix.as_slice()) else { return Key::Other };
@@ -207,6 +213,7 @@ impl Layout {
             (b'x', _) => Key::Xattr(ino),
             (b'o', b"") => Key::Orphan(ino),
             (b'h', _) => Key::Hold(ino),
+            (b'w', b"") => Key::Writer(ino as i64),
             _ => Key::Other,
         }
     }
@@ -283,17 +290,30 @@ fn put_time(v: &mut Vec<u8>, t: Timespec) {
     v.extend_from_slice(&t.nsec.to_le_bytes());
 }
 
-/// The value of a `Times` key.
+/// A time as bytes that sort as the times do (etcd compares values
+/// bytewise): the seconds offset by 2^63, then the nanoseconds, big-endian.
+fn put_time_ordered(v: &mut Vec<u8>, t: Timespec) {
+    v.extend_from_slice(&((t.sec as u64) ^ (1 << 63)).to_be_bytes());
+    v.extend_from_slice(&t.nsec.to_be_bytes());
+}
+
+fn get_time_ordered(v: &[u8]) -> Option<Timespec> {
+    let sec = u64::from_be_bytes(v.get(..8)?.try_into().ok()?) ^ (1 << 63);
+    Some(Timespec { sec: sec as i64, nsec: u32::from_be_bytes(v.get(8..12)?.try_into().ok()?) })
+}
+
+/// The value of a `Times` key: ctime then mtime, in byte order, so that a
+/// later value compares greater.
 pub fn encode_times(mtime: Timespec, ctime: Timespec) -> Vec<u8> {
     let mut v = Vec::with_capacity(24);
-    put_time(&mut v, mtime);
-    put_time(&mut v, ctime);
+    put_time_ordered(&mut v, ctime);
+    put_time_ordered(&mut v, mtime);
     v
 }
 
+/// (mtime, ctime) of a `Times` value.
 pub fn decode_times(v: &[u8]) -> Option<(Timespec, Timespec)> {
-    let mut r = Reader(v);
-    Some((r.time()?, r.time()?))
+    Some((get_time_ordered(v.get(12..)?)?, get_time_ordered(v)?))
 }
 
 /// The value of an entry key.
@@ -363,6 +383,7 @@ mod tests {
         assert_eq!(l.chunk_index(8, &l.chunk(9, 3)), None);
         assert_eq!(l.parse(&l.orphan(5)), Key::Orphan(5));
         assert_eq!(l.parse(&l.hold(5, 77)), Key::Hold(5));
+        assert_eq!(l.parse(&l.writer(-3)), Key::Writer(-3));
         assert_eq!(l.parse(b"trees/b/i/0000000000000007"), Key::Other);
         assert_eq!(l.entry_name(9, &l.entry(9, b"name")), Some((cookie(b"name"), &b"name"[..])));
         // A record's key is a prefix of its times key only.
@@ -389,6 +410,9 @@ mod tests {
         };
         assert_eq!(Record::decode(&r.encode()), Some(r));
         assert_eq!(decode_entry(&encode_entry(42, FileType::Fifo)), Some((42, FileType::Fifo)));
+        let (a, b) = (Timespec { sec: -1, nsec: 5 }, Timespec { sec: 2, nsec: 1 });
+        assert_eq!(decode_times(&encode_times(a, b)), Some((a, b)));
+        assert!(encode_times(a, a) < encode_times(b, b) && encode_times(b, a) < encode_times(a, b));
         assert_eq!(Record::decode(b"\x01abc"), None);
         assert!(cookie(b"") >= 1 && cookie(b"abc") < 1 << 61);
         assert_eq!(prefix_end(b"a/"), b"a0");

@@ -81,9 +81,10 @@
 //!
 //! # Locks
 //!
-//! There are only leaves: a shard of the held-inodes table, the inode
-//! batch, the set of this client's own revisions, each taken alone and never
-//! across a call to etcd or to the VFS. Calls into the VFS ([`Notify`]) are
+//! There are only leaves: a shard of the held-inodes table, taken alone
+//! and never across a call to etcd or to the VFS; and the inode batch,
+//! held across the one call that takes a new batch (the creates of this
+//! client wait for it then, once per 1,024). Calls into the VFS ([`Notify`]) are
 //! made from the watcher's own thread, holding none of them.
 
 mod check;
@@ -136,6 +137,9 @@ pub struct EtcdOptions {
     /// How long an orphan waits for holders to register before it may be
     /// reclaimed.
     pub orphan_grace: Duration,
+    /// Delete the whole tree when this client goes (for scratch trees:
+    /// the lab's runs, tests).
+    pub remove_on_drop: bool,
 }
 
 impl EtcdOptions {
@@ -167,6 +171,7 @@ impl Default for EtcdOptions {
             timeout: Duration::from_secs(5),
             lease_ttl: Duration::from_secs(10),
             orphan_grace: Duration::from_secs(5),
+            remove_on_drop: false,
         }
     }
 }
@@ -205,8 +210,9 @@ struct Shared {
     /// The client's lease (granted again if it ever expires).
     lease: std::sync::atomic::AtomicI64,
     held: [Mutex<HashMap<Ino, Held>>; SHARDS],
-    /// Revisions this client committed that the watcher has not passed.
-    own: Mutex<std::collections::BTreeSet<i64>>,
+    /// This client's identity (its first lease's id, unique in the
+    /// cluster): the name of its writer key.
+    client_id: i64,
     notify: OnceLock<Arc<dyn Notify>>,
     stats: Arc<EtcdStats>,
 }
@@ -214,7 +220,7 @@ struct Shared {
 /// A tree in an etcd cluster, served through [`FileSystem`].
 pub struct Etcd {
     /// Owns the client's threads; dropped after the watcher has stopped.
-    _rt: tokio::runtime::Runtime,
+    _rt: Arc<tokio::runtime::Runtime>,
     sh: Arc<Shared>,
     /// The next free inode number of this client's batch, and its end.
     inos: Mutex<(u64, u64)>,
@@ -257,10 +263,12 @@ fn not_applied(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(s) => {
             let m = s.message();
+            // Refused before a proposal, or a connection never made. A
+            // connection lost in flight (also Unavailable) is not here: its
+            // request may have been applied.
             m.contains("no leader")
-                || m.contains("leader changed")
                 || m.contains("not capable")
-                || (format!("{:?}", s.code()) == "Unavailable" && !m.contains("timed out"))
+                || (format!("{:?}", s.code()) == "Unavailable" && (m.contains("connect") || m.contains("refused")))
         }
         etcd_client::Error::TransportError(_) => true,
         _ => false,
@@ -360,6 +368,33 @@ fn record(kind: FileType, perm: u32, owner: Owner, parent: Ino) -> Record {
     }
 }
 
+/// A transaction this client commits, built as etcd's `Txn` is; `txn`
+/// adds the client's writer key.
+#[derive(Default)]
+struct Tx {
+    when: Vec<Compare>,
+    then: Vec<TxnOp>,
+    otherwise: Vec<TxnOp>,
+}
+
+impl Tx {
+    fn new() -> Tx {
+        Tx::default()
+    }
+    fn when(mut self, c: impl Into<Vec<Compare>>) -> Tx {
+        self.when = c.into();
+        self
+    }
+    fn and_then(mut self, ops: impl Into<Vec<TxnOp>>) -> Tx {
+        self.then = ops.into();
+        self
+    }
+    fn or_else(mut self, ops: impl Into<Vec<TxnOp>>) -> Tx {
+        self.otherwise = ops.into();
+        self
+    }
+}
+
 /// A put with this client's lease.
 fn leased(lease: i64) -> Option<PutOptions> {
     Some(PutOptions::new().with_lease(lease))
@@ -417,11 +452,12 @@ impl Etcd {
             opts,
             lease: lease.into(),
             held: std::array::from_fn(|_| Mutex::new(HashMap::new())),
-            own: Mutex::new(Default::default()),
+            client_id: lease,
             notify: OnceLock::new(),
             stats: Arc::new(EtcdStats::default()),
         });
         let start = sh.format()?;
+        let rt = Arc::new(rt);
         let watcher = watch::Watcher::start(&rt, sh.clone(), start)?;
         Ok(Etcd { inos: Mutex::new((0, 0)), watcher: Some(watcher), _rt: rt, sh })
     }
@@ -434,6 +470,12 @@ impl Etcd {
     /// This client's lease (its holds are attached to it).
     pub fn lease(&self) -> i64 {
         self.sh.lease()
+    }
+
+    /// The cluster's revision now (the last commit by any client).
+    pub fn revision(&self) -> Result<i64> {
+        let r = self.get(self.sh.layout.next_ino(), None)?;
+        Ok(r.header().map_or(0, |h| h.revision()))
     }
 
     /// The revision up to which this client has applied other clients'
@@ -451,8 +493,8 @@ impl Etcd {
         self.sh.call(f)
     }
 
-    fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
-        self.sh.txn(txn)
+    fn txn(&self, tx: Tx) -> Result<etcd_client::TxnResponse> {
+        self.sh.txn(tx)
     }
 
     fn get(&self, key: Vec<u8>, opts: Option<GetOptions>) -> Result<etcd_client::GetResponse> {
@@ -492,7 +534,7 @@ impl Etcd {
                 let r = self.get(key.clone(), None)?;
                 let Some(kv) = r.kvs().first() else { return fail(EIO) };
                 let next = u64::from_be_bytes(kv.value().try_into().map_err(|_| err(EIO))?);
-                let txn = Txn::new()
+                let txn = Tx::new()
                     .when([Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision())])
                     .and_then([TxnOp::put(key.clone(), (next + INO_BATCH).to_be_bytes().to_vec(), None)]);
                 if self.txn(txn)?.succeeded() {
@@ -515,9 +557,26 @@ impl Etcd {
     }
 
     /// Makes a new object `name` in `parent` from `rec`.
-    fn make(&self, parent: Ino, name: &[u8], mut rec: Record) -> Result<Attr> {
-        let l = &self.sh.layout;
+    fn make(&self, parent: Ino, name: &[u8], rec: Record) -> Result<Attr> {
         let ino = self.alloc_ino()?;
+        // Counted before the commit, so that the inode is held from the
+        // moment it exists (see `lookup`); given back on failure.
+        self.counted(ino, || self.make_as(ino, parent, name, rec))
+    }
+
+    /// Runs `f`, which hands the VFS `ino`, with one lookup reference
+    /// counted first and given back if it fails.
+    fn counted(&self, ino: Ino, f: impl FnOnce() -> Result<Attr>) -> Result<Attr> {
+        self.hold_ref(ino);
+        let r = f();
+        if r.is_err() {
+            self.forget(ino, 1);
+        }
+        r
+    }
+
+    fn make_as(&self, ino: Ino, parent: Ino, name: &[u8], mut rec: Record) -> Result<Attr> {
+        let l = &self.sh.layout;
         let dir = rec.kind == FileType::Dir;
         let ek = l.entry(parent, name);
         for _ in 0..RETRIES {
@@ -544,11 +603,10 @@ impl Etcd {
                 ops.push(TxnOp::put(l.record(parent), pr.encode(), None));
             } else {
                 when.push(Compare::create_revision(l.record(parent), CompareOp::Equal, p.created));
-                ops.push(TxnOp::put(l.times(parent), encode_times(t, t), None));
+                ops.push(self.times_op(parent, t));
             }
-            let r = self.txn(Txn::new().when(when).and_then(ops).or_else([TxnOp::get(ek.clone(), None)]))?;
+            let r = self.txn(Tx::new().when(when).and_then(ops).or_else([TxnOp::get(ek.clone(), None)]))?;
             if r.succeeded() {
-                self.hold_ref(ino);
                 return Ok(attr_of(ino, &rec));
             }
             if r.op_responses().first().is_some_and(|g| !get_kvs(g).is_empty()) {
@@ -561,7 +619,7 @@ impl Etcd {
 
     /// The compares and puts that drop one link of the non-directory `ino`
     /// (read as `v`): the record with one link less, or an orphan.
-    fn unlink_ops(&self, ino: Ino, v: &Loaded, t: Timespec, when: &mut Vec<Compare>, ops: &mut Vec<TxnOp>) -> bool {
+    fn unlink_ops(&self, ino: Ino, v: &Loaded, t: Timespec, when: &mut Vec<Compare>, ops: &mut Vec<TxnOp>) {
         let l = &self.sh.layout;
         let mut r = v.merged();
         r.nlink = r.nlink.saturating_sub(1);
@@ -571,42 +629,30 @@ impl Etcd {
         if r.nlink == 0 {
             let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
             ops.push(TxnOp::put(l.orphan(ino), stamp.to_le_bytes().to_vec(), None));
-            if self.sh.holds_locally(ino) {
-                let lease = self.sh.lease();
-                ops.push(TxnOp::put(l.hold(ino, lease), Vec::new(), leased(lease)));
-                return true;
-            }
-        }
-        false
-    }
-
-    /// After a commit that made `ino` an orphan: notes the hold it put,
-    /// or releases it if the inode was let go meanwhile.
-    fn note_hold(&self, ino: Ino) {
-        let kept = {
-            let mut h = self.sh.held(ino);
-            match h.get_mut(&ino) {
-                Some(e) if e.count > 0 => {
-                    e.hold_key = true;
-                    true
-                }
-                _ => false,
-            }
-        };
-        if !kept {
-            watch::release(&self.sh, ino);
         }
     }
 
-    /// After a commit that left `ino` with no link: notes a hold it put, and
-    /// reclaims the orphan at once where there is no grace period.
-    fn orphaned(&self, ino: Ino, hold_put: bool) {
-        if hold_put {
-            self.note_hold(ino);
-        }
-        if self.sh.opts.orphan_grace.is_zero() {
+    /// After a commit that left `ino` with no link: registers this client's
+    /// hold if it still holds the inode in a moment (its own change never
+    /// comes back through the watcher), else reclaims the orphan at once where there is no
+    /// grace period.
+    fn orphaned(&self, ino: Ino) {
+        if self.sh.holds_locally(ino) {
+            watch::register_later(&self.sh, ino);
+        } else if self.sh.opts.orphan_grace.is_zero() {
             let _ = watch::reclaim(&self.sh, ino);
         }
+    }
+
+    /// Puts `dir`'s times key to `t` unless it already holds a later time
+    /// (two creates may commit in the other order than they read the clock).
+    fn times_op(&self, dir: Ino, t: Timespec) -> TxnOp {
+        let tk = self.sh.layout.times(dir);
+        let v = encode_times(t, t);
+        let put = || TxnOp::put(tk.clone(), v.clone(), None);
+        TxnOp::txn(Txn::new().when([Compare::value(tk.clone(), CompareOp::Less, v.clone())]).and_then([put()]).or_else(
+            [TxnOp::txn(Txn::new().when([Compare::version(tk.clone(), CompareOp::Equal, 0)]).and_then([put()]))],
+        ))
     }
 
     /// The compares and deletes that remove the empty directory `ino`.
@@ -707,7 +753,7 @@ impl Etcd {
                 buf[bs..be].copy_from_slice(&data[(s - off) as usize..(e - off) as usize]);
                 ops.push(TxnOp::put(key, buf, None));
             }
-            if self.txn(Txn::new().when(when).and_then(ops))?.succeeded() {
+            if self.txn(Tx::new().when(when).and_then(ops))?.succeeded() {
                 return Ok(off);
             }
         }
@@ -761,7 +807,7 @@ impl Shared {
         let l = &self.layout;
         let mut root = record(FileType::Dir, 0o755, Owner { uid: 0, gid: 0 }, ROOT);
         root.parent = ROOT;
-        let txn = Txn::new().when([Compare::version(l.record(ROOT), CompareOp::Equal, 0)]).and_then([
+        let txn = Tx::new().when([Compare::version(l.record(ROOT), CompareOp::Equal, 0)]).and_then([
             TxnOp::put(l.record(ROOT), root.encode(), None),
             TxnOp::put(l.next_ino(), (ROOT + 1).to_be_bytes().to_vec(), None),
         ]);
@@ -769,17 +815,19 @@ impl Shared {
         Ok(r.header().map_or(0, |h| h.revision()))
     }
 
-    /// Commits `txn`; on success notes its revision as this client's own,
-    /// so the watcher does not report it back.
-    fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+    /// Commits `tx`, with the put of this client's writer key that tells
+    /// its watcher that the revision is its own (a client's own changes are
+    /// in its cache already; read back from the watch, they could race a
+    /// later change of its own and put older attributes over newer ones).
+    fn txn(&self, tx: Tx) -> Result<etcd_client::TxnResponse> {
+        let mut then = tx.then;
+        then.push(TxnOp::put(self.layout.writer(self.client_id), Vec::new(), None));
+        let txn = Txn::new().when(tx.when).and_then(then).or_else(tx.otherwise);
         let r = self.call(move |mut c| {
             let txn = txn.clone();
             async move { c.txn(txn).await }
         })?;
         if r.succeeded() {
-            if let Some(h) = r.header() {
-                self.own.lock().unwrap().insert(h.revision());
-            }
             self.stats.commits.fetch_add(1, Ordering::Relaxed);
         } else {
             self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
@@ -827,9 +875,21 @@ impl Shared {
 impl Drop for Etcd {
     fn drop(&mut self) {
         drop(self.watcher.take());
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Dropped inside async code, where nothing may block: the
+            // lease runs out by itself.
+            return;
+        }
         // Holds go with the lease, at once rather than at its expiry.
         let lease = self.sh.lease();
         let _ = self.call(move |mut c| async move { c.lease_revoke(lease).await });
+        if self.sh.opts.remove_on_drop {
+            let p = self.sh.layout.prefix().to_vec();
+            let _ = self.call(|mut c| {
+                let p = p.clone();
+                async move { c.delete(p, Some(etcd_client::DeleteOptions::new().with_prefix())).await }
+            });
+        }
     }
 }
 
@@ -944,7 +1004,7 @@ impl FileSystem for Etcd {
             }
             r.ctime = t;
             ops.push(TxnOp::put(l.record(ino), r.encode(), None));
-            if self.txn(Txn::new().when(when).and_then(ops))?.succeeded() {
+            if self.txn(Tx::new().when(when).and_then(ops))?.succeeded() {
                 return Ok(attr_of(ino, &r));
             }
         }
@@ -991,7 +1051,7 @@ impl FileSystem for Etcd {
             let mut r = v.merged();
             r.nlink += 1;
             r.ctime = t;
-            let txn = Txn::new()
+            let txn = Tx::new()
                 .when([
                     Compare::version(ek.clone(), CompareOp::Equal, 0),
                     Compare::mod_revision(l.record(ino), CompareOp::Equal, v.rev),
@@ -1000,7 +1060,7 @@ impl FileSystem for Etcd {
                 .and_then([
                     TxnOp::put(ek.clone(), encode_entry(ino, r.kind), None),
                     TxnOp::put(l.record(ino), r.encode(), None),
-                    TxnOp::put(l.times(parent), encode_times(t, t), None),
+                    self.times_op(parent, t),
                 ])
                 .or_else([TxnOp::get(ek.clone(), None)]);
             let resp = self.txn(txn)?;
@@ -1034,11 +1094,11 @@ impl FileSystem for Etcd {
                 Compare::mod_revision(ek.clone(), CompareOp::Equal, erev),
                 Compare::create_revision(l.record(parent), CompareOp::Equal, p.created),
             ];
-            let mut ops = vec![TxnOp::delete(ek.clone(), None), TxnOp::put(l.times(parent), encode_times(t, t), None)];
-            let hold = self.unlink_ops(ino, &v, t, &mut when, &mut ops);
-            if self.txn(Txn::new().when(when).and_then(ops))?.succeeded() {
+            let mut ops = vec![TxnOp::delete(ek.clone(), None), self.times_op(parent, t)];
+            self.unlink_ops(ino, &v, t, &mut when, &mut ops);
+            if self.txn(Tx::new().when(when).and_then(ops))?.succeeded() {
                 if v.rec.nlink <= 1 {
-                    self.orphaned(ino, hold);
+                    self.orphaned(ino);
                 }
                 return Ok(());
             }
@@ -1071,7 +1131,7 @@ impl FileSystem for Etcd {
             ];
             let mut ops = vec![TxnOp::delete(ek.clone(), None), TxnOp::put(l.record(parent), pr.encode(), None)];
             self.rmdir_ops(ino, &v, &mut when, &mut ops);
-            if self.txn(Txn::new().when(when).and_then(ops))?.succeeded() {
+            if self.txn(Tx::new().when(when).and_then(ops))?.succeeded() {
                 return Ok(());
             }
             if !self.is_empty_dir(ino)? {
@@ -1083,8 +1143,20 @@ impl FileSystem for Etcd {
 
     fn rename(&self, parent: Ino, name: &[u8], new_parent: Ino, new_name: &[u8], flags: RenameFlags) -> Result<()> {
         for _ in 0..RETRIES {
-            if let Some(done) = self.try_rename(parent, name, new_parent, new_name, flags)? {
-                return Ok(done);
+            match self.try_rename(parent, name, new_parent, new_name, flags) {
+                Ok(Some(done)) => return Ok(done),
+                Ok(None) => {}
+                // An inode read along the way (the replaced one, an
+                // ancestor) went under a concurrent change: ENOENT is the
+                // answer only if a name the rename needs is gone.
+                Err(e) if e.raw_os_error() == Some(ENOENT) => {
+                    let src = self.entry(parent, name)?.is_some();
+                    let dst = !flags.exchange || self.entry(new_parent, new_name)?.is_some();
+                    if !(src && dst && self.load_dir(parent).is_ok() && self.load_dir(new_parent).is_ok()) {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
             }
         }
         fail(EIO)
@@ -1156,7 +1228,7 @@ impl FileSystem for Etcd {
                 XattrSet::Create => when.push(Compare::version(xk.clone(), CompareOp::Equal, 0)),
                 XattrSet::Replace => when.push(Compare::version(xk.clone(), CompareOp::Greater, 0)),
             }
-            let txn = Txn::new()
+            let txn = Tx::new()
                 .when(when)
                 .and_then([TxnOp::put(xk.clone(), value.to_vec(), None), TxnOp::put(l.record(ino), r.encode(), None)])
                 .or_else([TxnOp::get(xk.clone(), Some(GetOptions::new().with_keys_only()))]);
@@ -1199,7 +1271,7 @@ impl FileSystem for Etcd {
             let v = self.load(ino)?;
             let mut r = v.merged();
             r.ctime = now();
-            let txn = Txn::new()
+            let txn = Tx::new()
                 .when([
                     Compare::mod_revision(l.record(ino), CompareOp::Equal, v.rev),
                     Compare::version(xk.clone(), CompareOp::Greater, 0),
@@ -1350,7 +1422,8 @@ impl Etcd {
                 } else {
                     // The victim's record is put here, never in recs (it
                     // is neither parent nor the renamed inode).
-                    victim = Some((d, v.rec.nlink <= 1, self.unlink_ops(d, &v, t, &mut when, &mut ops)));
+                    self.unlink_ops(d, &v, t, &mut when, &mut ops);
+                    victim = Some((d, v.rec.nlink <= 1));
                 }
             }
         }
@@ -1373,7 +1446,7 @@ impl Etcd {
                 when.push(Compare::mod_revision(l.record(a), CompareOp::Equal, v.rev));
                 a = v.rec.parent;
                 depth += 1;
-                if depth > 100 {
+                if depth > 60 {
                     return fail(EIO);
                 }
             }
@@ -1392,12 +1465,12 @@ impl Etcd {
         for (pdir, v) in pdirs {
             if !recs.contains_key(&pdir) {
                 when.push(Compare::create_revision(l.record(pdir), CompareOp::Equal, v.created));
-                ops.push(TxnOp::put(l.times(pdir), encode_times(t, t), None));
+                ops.push(self.times_op(pdir, t));
             }
         }
-        if self.txn(Txn::new().when(when).and_then(ops))?.succeeded() {
-            if let Some((d, true, hold)) = victim {
-                self.orphaned(d, hold);
+        if self.txn(Tx::new().when(when).and_then(ops))?.succeeded() {
+            if let Some((d, true)) = victim {
+                self.orphaned(d);
             }
             return Ok(Some(()));
         }

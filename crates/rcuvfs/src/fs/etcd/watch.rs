@@ -39,16 +39,20 @@ pub(super) struct Watcher {
 
 impl Watcher {
     /// Watches the tree from revision `start` (exclusive).
-    pub(super) fn start(rt: &tokio::runtime::Runtime, sh: Arc<Shared>, start: i64) -> Result<Watcher> {
+    /// The notifying thread keeps the runtime alive until it ends, so that
+    /// a notification in progress when the client goes can still finish.
+    pub(super) fn start(rt: &Arc<tokio::runtime::Runtime>, sh: Arc<Shared>, start: i64) -> Result<Watcher> {
         let (tx, rx) = mpsc::channel();
         let revision = Arc::new(AtomicI64::new(start));
         let stop = Arc::new(AtomicBool::new(false));
         let watch = rt.spawn(watch_loop(sh.clone(), start, tx));
         let sweep = rt.spawn(sweep_loop(sh.clone()));
         let lease = rt.spawn(keep_lease(sh.clone()));
-        let (rev, st) = (revision.clone(), stop.clone());
-        let thread =
-            std::thread::Builder::new().name("rcuvfs-etcd-watch".into()).spawn(move || deliver(&sh, rx, &rev, &st))?;
+        let (rev, st, keep) = (revision.clone(), stop.clone(), rt.clone());
+        let thread = std::thread::Builder::new().name("rcuvfs-etcd-watch".into()).spawn(move || {
+            deliver(&sh, rx, &rev, &st);
+            drop(keep);
+        })?;
         Ok(Watcher { revision, stop, tasks: vec![watch, sweep, lease], thread: Some(thread) })
     }
 
@@ -64,13 +68,11 @@ impl Drop for Watcher {
         for t in &self.tasks {
             t.abort();
         }
-        // The aborted watch task drops its sender, which ends the thread;
-        // it is not joined from itself (a VFS dropped by a notification).
-        if let Some(t) = self.thread.take() {
-            if t.thread().id() != std::thread::current().id() {
-                let _ = t.join();
-            }
-        }
+        // The aborted watch task drops its sender, which ends the thread
+        // after the event in hand. It is not joined: the client may go on
+        // any thread, that one included (a VFS whose last reference a
+        // notification held), or one holding a lock the thread waits for.
+        drop(self.thread.take());
     }
 }
 
@@ -132,19 +134,6 @@ async fn watch_loop(sh: Arc<Shared>, mut rev: i64, tx: mpsc::Sender<Msg>) {
     }
 }
 
-/// Whether revision `rev` is one of this client's own commits; forgets
-/// the revisions before it (the watch delivers in revision order).
-fn is_own(own: &std::sync::Mutex<BTreeSet<i64>>, rev: i64) -> bool {
-    let mut s = own.lock().unwrap();
-    while let Some(&first) = s.first() {
-        if first >= rev {
-            break;
-        }
-        s.pop_first();
-    }
-    s.contains(&rev)
-}
-
 fn deliver(sh: &Arc<Shared>, rx: mpsc::Receiver<Msg>, revision: &AtomicI64, stop: &AtomicBool) {
     while let Ok(msg) = rx.recv() {
         if stop.load(Ordering::Acquire) {
@@ -160,9 +149,19 @@ fn deliver(sh: &Arc<Shared>, rx: mpsc::Receiver<Msg>, revision: &AtomicI64, stop
             Msg::Events(events) => {
                 let mut changed = BTreeSet::new();
                 let mut last = 0;
+                // The revisions this client committed: its writer key is in
+                // them (a revision's events come in one response).
+                let own: BTreeSet<i64> = events
+                    .iter()
+                    .filter(|(k, ..)| sh.layout.parse(k) == Key::Writer(sh.client_id))
+                    .map(|e| e.3)
+                    .collect();
                 for (key, put, value, rev) in &events {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
                     last = *rev;
-                    if is_own(&sh.own, *rev) {
+                    if own.contains(rev) {
                         continue;
                     }
                     sh.stats.events.fetch_add(1, Ordering::Relaxed);
@@ -200,28 +199,43 @@ fn deliver(sh: &Arc<Shared>, rx: mpsc::Receiver<Msg>, revision: &AtomicI64, stop
 }
 
 /// Registers this client's hold on the orphan `ino`.
-fn register(sh: &Arc<Shared>, ino: Ino) {
+pub(super) fn register(sh: &Arc<Shared>, ino: Ino) {
+    let t = sh.opts.timeout;
+    let _ = sh.handle.block_on(async { tokio::time::timeout(t, register_async(sh, ino)).await });
+}
+
+async fn register_async(sh: &Arc<Shared>, ino: Ino) {
     let l = &sh.layout;
-    let txn = Txn::new().when([Compare::version(l.record(ino), CompareOp::Greater, 0)]).and_then([TxnOp::put(
-        l.hold(ino, sh.lease()),
-        Vec::new(),
-        leased(sh.lease()),
-    )]);
-    if let Ok(r) = sh.call(move |mut c| {
-        let txn = txn.clone();
-        async move { c.txn(txn).await }
-    }) {
-        if r.succeeded() {
-            let mut h = sh.held(ino);
-            match h.get_mut(&ino) {
-                Some(e) if e.count > 0 => e.hold_key = true,
-                _ => {
-                    drop(h);
-                    release(sh, ino);
-                }
+    let lease = sh.lease();
+    let txn = Txn::new().when([Compare::version(l.record(ino), CompareOp::Greater, 0)]).and_then([
+        TxnOp::put(l.writer(sh.client_id), Vec::new(), None),
+        TxnOp::put(l.hold(ino, lease), Vec::new(), leased(lease)),
+    ]);
+    let mut c = sh.client.clone();
+    if c.txn(txn).await.is_ok_and(|r| r.succeeded()) {
+        let mut h = sh.held(ino);
+        match h.get_mut(&ino) {
+            Some(e) if e.count > 0 => e.hold_key = true,
+            _ => {
+                drop(h);
+                release(sh, ino);
             }
         }
     }
+}
+
+/// After this client unlinked `ino` while holding it: registers its hold
+/// shortly, if it still holds it then. Most unlinks are of names the VFS
+/// lets go of at once (the cached dentry was the only holder), and need no
+/// hold; the sweep registers any this misses, well within the grace period.
+pub(super) fn register_later(sh: &Arc<Shared>, ino: Ino) {
+    let sh2 = sh.clone();
+    sh.handle.spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if sh2.held(ino).get(&ino).is_some_and(|h| h.count > 0 && !h.hold_key) {
+            let _ = tokio::time::timeout(sh2.opts.timeout, register_async(&sh2, ino)).await;
+        }
+    });
 }
 
 /// This client lets the orphan `ino` go: its hold is deleted, and the
@@ -231,9 +245,14 @@ pub(super) fn release(sh: &Arc<Shared>, ino: Ino) {
     let sh2 = sh.clone();
     sh.handle.spawn(async move {
         let mut c = c;
-        let _ = tokio::time::timeout(sh2.opts.timeout, c.delete(key, None)).await;
+        let _ = tokio::time::timeout(sh2.opts.timeout, c.txn(own_delete(&sh2, key))).await;
         let _ = tokio::time::timeout(sh2.opts.timeout, reclaim_async(&sh2, ino)).await;
     });
+}
+
+/// A delete of `key` marked as this client's own (see `Shared::txn`).
+fn own_delete(sh: &Shared, key: Vec<u8>) -> Txn {
+    Txn::new().and_then([TxnOp::put(sh.layout.writer(sh.client_id), Vec::new(), None), TxnOp::delete(key, None)])
 }
 
 /// Reclaims the orphan `ino` if its grace period is over and no client
@@ -270,6 +289,7 @@ async fn reclaim_async(sh: &Shared, ino: Ino) -> std::result::Result<bool, etcd_
     when.push(Compare::mod_revision(l.record(ino), CompareOp::Equal, rec_rev));
     let prefix = || Some(DeleteOptions::new().with_prefix());
     let txn = Txn::new().when(when).and_then([
+        TxnOp::put(l.writer(sh.client_id), Vec::new(), None),
         TxnOp::delete(l.orphan(ino), None),
         TxnOp::delete(l.record(ino), None),
         TxnOp::delete(l.chunks(ino), prefix()),
@@ -293,8 +313,31 @@ async fn sweep_loop(sh: Arc<Shared>) {
             continue;
         };
         for kv in r.kvs() {
-            if let Some(ino) = sh.layout.orphan_ino(kv.key()) {
-                let _ = reclaim_async(&sh, ino).await;
+            let Some(ino) = sh.layout.orphan_ino(kv.key()) else { continue };
+            let registered = sh.held(ino).get(&ino).map(|h| h.hold_key);
+            match registered {
+                // Held here but not registered (the watcher's event was
+                // lost, or its register failed): register now, well within
+                // the grace period that other clients wait out.
+                Some(false) => register_async(&sh, ino).await,
+                Some(true) => {}
+                None => {
+                    let _ = reclaim_async(&sh, ino).await;
+                }
+            }
+        }
+        // This client's holds on inodes it no longer holds (a release that
+        // failed) go, so that their orphans can be reclaimed.
+        let mut holds = sh.layout.prefix().to_vec();
+        holds.extend_from_slice(b"h/");
+        let Ok(r) = c.get(holds.clone(), range(holds).map(GetOptions::with_keys_only)).await else { continue };
+        let mine = format!("/{:016x}", sh.lease() as u64);
+        for kv in r.kvs() {
+            if let Key::Hold(ino) = sh.layout.parse(kv.key()) {
+                if kv.key().ends_with(mine.as_bytes()) && !sh.holds_locally(ino) {
+                    let _ = c.txn(own_delete(&sh, kv.key().to_vec())).await;
+                    let _ = reclaim_async(&sh, ino).await;
+                }
             }
         }
     }
