@@ -326,6 +326,16 @@ impl Inode {
             return;
         }
         let _w = self.attrs.write();
+        // Two calls that changed this inode (a truncate, and a read's atime
+        // update; a write's refresh) may store their results in the other
+        // order than the filesystem made the changes. Every change moves
+        // ctime forward, so attributes with an older ctime are the older
+        // state and never replace newer ones. (A filesystem whose truth is
+        // shared between machines keeps ctime strictly increasing per
+        // inode whatever their clocks: see `fs::etcd`.)
+        if a.ctime < self.ctime.load() {
+            return;
+        }
         self.store_attr(a);
     }
 
@@ -1020,4 +1030,28 @@ fn what_a_stat_reads_fills_the_first_two_lines() {
         assert!(off < 128, "{what} at byte {off}");
     }
     assert!(at(&i.refs as *const _ as *const u8) >= 128, "the references share a line with the attributes");
+}
+
+/// A filesystem's answers may reach `set_attr` in the other order than it
+/// made the changes (a truncate's, then a write's refresh read before the
+/// truncate): the older attributes, by ctime, must not replace the newer.
+#[cfg(all(test, not(loom)))]
+#[test]
+fn set_attr_keeps_the_newer_of_two_answers() {
+    use crate::fs::{FileSystem, Timespec};
+    let mut old = crate::fs::memfs::MemFs::default().getattr(1).unwrap();
+    old.size = 100;
+    old.ctime = Timespec { sec: 10, nsec: 0 };
+    let i = Inode::new(&old, ptr::null());
+    let mut new = old.clone();
+    new.size = 5;
+    new.ctime = Timespec { sec: 10, nsec: 1 };
+    i.set_attr(&new);
+    i.set_attr(&old);
+    assert_eq!(i.attr().size, 5, "an older answer replaced a newer one");
+    // The same ctime (a coarse clock) is no evidence of order: applied.
+    let mut same = new.clone();
+    same.size = 7;
+    i.set_attr(&same);
+    assert_eq!(i.attr().size, 7);
 }

@@ -333,6 +333,19 @@ impl Loaded {
     }
 }
 
+/// Moves a record's ctime to `t`, or past its present value by a
+/// nanosecond if that is later: ctime then rises with every change of the
+/// inode whatever the clocks of the machines that make them, and the VFS
+/// orders attribute updates by it (`Inode::set_attr`).
+fn bump(ctime: &mut Timespec, t: Timespec) {
+    let next = if ctime.nsec >= 999_999_999 {
+        Timespec { sec: ctime.sec + 1, nsec: 0 }
+    } else {
+        Timespec { sec: ctime.sec, nsec: ctime.nsec + 1 }
+    };
+    *ctime = t.max(next);
+}
+
 fn attr_of(ino: Ino, r: &Record) -> Attr {
     Attr {
         ino,
@@ -598,7 +611,7 @@ impl Etcd {
                 let mut pr = p.merged();
                 pr.nlink += 1;
                 pr.mtime = t;
-                pr.ctime = t;
+                bump(&mut pr.ctime, t);
                 when.push(Compare::mod_revision(l.record(parent), CompareOp::Equal, p.rev));
                 ops.push(TxnOp::put(l.record(parent), pr.encode(), None));
             } else {
@@ -623,7 +636,7 @@ impl Etcd {
         let l = &self.sh.layout;
         let mut r = v.merged();
         r.nlink = r.nlink.saturating_sub(1);
-        r.ctime = t;
+        bump(&mut r.ctime, t);
         when.push(Compare::mod_revision(l.record(ino), CompareOp::Equal, v.rev));
         ops.push(TxnOp::put(l.record(ino), r.encode(), None));
         if r.nlink == 0 {
@@ -727,7 +740,7 @@ impl Etcd {
             let mut r = v.merged();
             r.size = r.size.max(end);
             r.mtime = t;
-            r.ctime = t;
+            bump(&mut r.ctime, t);
             let mut when = vec![Compare::mod_revision(l.record(ino), CompareOp::Equal, v.rev)];
             let mut ops = vec![TxnOp::put(l.record(ino), r.encode(), None)];
             for i in (first..=last).filter(|_| !data.is_empty()) {
@@ -1002,7 +1015,7 @@ impl FileSystem for Etcd {
                 }
                 r.size = size;
             }
-            r.ctime = t;
+            bump(&mut r.ctime, t);
             ops.push(TxnOp::put(l.record(ino), r.encode(), None));
             if self.txn(Tx::new().when(when).and_then(ops))?.succeeded() {
                 return Ok(attr_of(ino, &r));
@@ -1050,7 +1063,7 @@ impl FileSystem for Etcd {
             let t = now();
             let mut r = v.merged();
             r.nlink += 1;
-            r.ctime = t;
+            bump(&mut r.ctime, t);
             let txn = Tx::new()
                 .when([
                     Compare::version(ek.clone(), CompareOp::Equal, 0),
@@ -1124,7 +1137,7 @@ impl FileSystem for Etcd {
             let mut pr = p.merged();
             pr.nlink = pr.nlink.saturating_sub(1);
             pr.mtime = t;
-            pr.ctime = t;
+            bump(&mut pr.ctime, t);
             let mut when = vec![
                 Compare::mod_revision(ek.clone(), CompareOp::Equal, erev),
                 Compare::mod_revision(l.record(parent), CompareOp::Equal, p.rev),
@@ -1221,7 +1234,7 @@ impl FileSystem for Etcd {
         for _ in 0..RETRIES {
             let v = self.load(ino)?;
             let mut r = v.merged();
-            r.ctime = now();
+            bump(&mut r.ctime, now());
             let mut when = vec![Compare::mod_revision(l.record(ino), CompareOp::Equal, v.rev)];
             match how {
                 XattrSet::Either => {}
@@ -1270,7 +1283,7 @@ impl FileSystem for Etcd {
         for _ in 0..RETRIES {
             let v = self.load(ino)?;
             let mut r = v.merged();
-            r.ctime = now();
+            bump(&mut r.ctime, now());
             let txn = Tx::new()
                 .when([
                     Compare::mod_revision(l.record(ino), CompareOp::Equal, v.rev),
@@ -1389,7 +1402,7 @@ impl Etcd {
         };
         // The renamed inode's ctime (and a directory's parent).
         load_into(src, &mut recs)?;
-        recs.get_mut(&src).unwrap().0.ctime = t;
+        bump(&mut recs.get_mut(&src).unwrap().0.ctime, t);
         let cross = parent != new_parent;
         let mut moved_dirs = Vec::new();
         let mut victim = None;
@@ -1401,7 +1414,7 @@ impl Etcd {
             ops.push(TxnOp::put(sk.clone(), encode_entry(d, dkind), None));
             ops.push(TxnOp::put(dk.clone(), encode_entry(src, skind), None));
             load_into(d, &mut recs)?;
-            recs.get_mut(&d).unwrap().0.ctime = t;
+            bump(&mut recs.get_mut(&d).unwrap().0.ctime, t);
             if dkind == FileType::Dir && cross {
                 moved_dirs.push((d, parent));
             }
@@ -1454,7 +1467,7 @@ impl Etcd {
         for pdir in [parent, new_parent] {
             if let Some((r, _)) = recs.get_mut(&pdir) {
                 r.mtime = t;
-                r.ctime = t;
+                bump(&mut r.ctime, t);
             }
         }
         for (ino, (r, rev)) in &recs {
