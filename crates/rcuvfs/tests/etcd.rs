@@ -152,6 +152,22 @@ fn two_clients_see_each_others_changes() {
     eventually("rename on A", || errno(&a.metadata("/f")) == libc::ENOENT && a.read("/d/g").is_ok());
     a.remove_file("/d/g").unwrap();
     eventually("unlink on B", || errno(&b.metadata("/d/g")) == libc::ENOENT);
+    // Listings: a client's own change shows at once in its next listing
+    // (it keeps whole listings), another's once its watcher has seen it.
+    let names = |v: &Vfs| {
+        let mut n: Vec<_> = v.read_dir("/d").unwrap().map(|e| e.unwrap().file_name()).collect();
+        n.sort();
+        n
+    };
+    assert!(names(&a).is_empty() && names(&b).is_empty());
+    a.write("/d/x", b"").unwrap();
+    assert_eq!(names(&a), ["x"]);
+    eventually("a create in B's listing", || names(&b) == ["x"]);
+    b.rename("/d/x", "/d/y").unwrap();
+    assert_eq!(names(&b), ["y"]);
+    eventually("a rename in A's listing", || names(&a) == ["y"]);
+    b.remove_file("/d/y").unwrap();
+    eventually("an unlink in A's listing", || names(&a).is_empty());
     assert!(afs.stats().events.load(Ordering::Relaxed) > 0 && bfs.stats().events.load(Ordering::Relaxed) > 0);
     assert_whole(&afs);
 }

@@ -192,12 +192,19 @@ pub struct EtcdStats {
 }
 
 /// How many times this client holds an inode (lookup references), and
-/// whether it has registered a hold on it as an orphan.
+/// whether it has registered a hold on it as an orphan; for a directory,
+/// its whole listing while no change to its entries has been seen since it
+/// was read, and a count of such changes.
 #[derive(Default)]
 struct Held {
     count: u64,
     hold_key: bool,
+    listing: Option<Arc<Vec<DirEntry>>>,
+    changes: u64,
 }
+
+/// The largest directory whose whole listing is kept.
+const LISTING_MAX: usize = 10_000;
 
 const SHARDS: usize = 16;
 
@@ -620,6 +627,7 @@ impl Etcd {
             }
             let r = self.txn(Tx::new().when(when).and_then(ops).or_else([TxnOp::get(ek.clone(), None)]))?;
             if r.succeeded() {
+                self.sh.entries_changed(parent);
                 return Ok(attr_of(ino, &rec));
             }
             if r.op_responses().first().is_some_and(|g| !get_kvs(g).is_empty()) {
@@ -684,6 +692,78 @@ impl Etcd {
             range(self.sh.layout.entries(ino)).map(|o| o.with_limit(1).with_keys_only()),
         )?;
         Ok(r.kvs().is_empty())
+    }
+
+    /// One batch of `dir`'s entries after cookie `offset`, read from etcd.
+    fn readdir_batch(&self, ino: Ino, offset: u64) -> Result<Vec<DirEntry>> {
+        let l = &self.sh.layout;
+        let start = l.entries_after(ino, offset);
+        let opts = GetOptions::new().with_range(prefix_end(&l.entries(ino))).with_limit(READDIR_BATCH);
+        let r = self.get(start, Some(opts))?;
+        if r.kvs().is_empty() && offset == 0 {
+            // Say ENOTDIR or ENOENT rather than an empty listing.
+            self.load_dir(ino)?;
+        }
+        let mut out: Vec<DirEntry> = r
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let (cookie, name) = l.entry_name(ino, kv.key())?;
+                let (child, kind) = decode_entry(kv.value())?;
+                Some(DirEntry { ino: child, name: name.to_vec(), kind, offset: cookie })
+            })
+            .collect();
+        // Names that share a cookie stay in one batch: a listing resumes
+        // after a cookie, never in the middle of one.
+        if r.more() {
+            if let Some(last) = out.last().map(|e| e.offset) {
+                let keep = out.iter().position(|e| e.offset == last).unwrap_or(out.len());
+                if keep > 0 {
+                    out.truncate(keep);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The whole listing of `dir`, kept while the VFS holds the directory
+    /// and no change to its entries is seen (`None`: too large, or not
+    /// held). Read in one range read, so it is one snapshot; kept only if
+    /// no change was noted while it was read (a change committed before the
+    /// read is in it, one after clears it).
+    fn listing(&self, dir: Ino) -> Result<Option<Arc<Vec<DirEntry>>>> {
+        let before = match self.sh.held(dir).get(&dir) {
+            Some(h) if h.count > 0 => match &h.listing {
+                Some(list) => return Ok(Some(list.clone())),
+                None => h.changes,
+            },
+            _ => return Ok(None),
+        };
+        let l = &self.sh.layout;
+        let opts = GetOptions::new().with_range(prefix_end(&l.entries(dir))).with_limit(LISTING_MAX as i64);
+        let r = self.get(l.entries(dir), Some(opts))?;
+        if r.more() {
+            return Ok(None);
+        }
+        if r.kvs().is_empty() {
+            self.load_dir(dir)?;
+        }
+        let list: Vec<DirEntry> = r
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let (cookie, name) = l.entry_name(dir, kv.key())?;
+                let (child, kind) = decode_entry(kv.value())?;
+                Some(DirEntry { ino: child, name: name.to_vec(), kind, offset: cookie })
+            })
+            .collect();
+        let list = Arc::new(list);
+        if let Some(h) = self.sh.held(dir).get_mut(&dir) {
+            if h.changes == before {
+                h.listing = Some(list.clone());
+            }
+        }
+        Ok(Some(list))
     }
 
     /// Reads `ino`'s record and the chunks `indexes` (all of
@@ -854,6 +934,25 @@ impl Shared {
 
     fn holds_locally(&self, ino: Ino) -> bool {
         self.held(ino).get(&ino).is_some_and(|h| h.count > 0)
+    }
+
+    /// The entries of directory `dir` changed (a commit of this client's,
+    /// or one the watcher saw): its kept listing goes.
+    fn entries_changed(&self, dir: Ino) {
+        if let Some(h) = self.held(dir).get_mut(&dir) {
+            h.listing = None;
+            h.changes += 1;
+        }
+    }
+
+    /// Every kept listing goes (events were lost).
+    fn forget_listings(&self) {
+        for shard in &self.held {
+            for h in shard.lock().unwrap().values_mut() {
+                h.listing = None;
+                h.changes += 1;
+            }
+        }
     }
 
     /// Runs `f` on the client, bounded by the timeout, and again while the
@@ -1078,6 +1177,7 @@ impl FileSystem for Etcd {
                 .or_else([TxnOp::get(ek.clone(), None)]);
             let resp = self.txn(txn)?;
             if resp.succeeded() {
+                self.sh.entries_changed(parent);
                 self.hold_ref(ino);
                 return Ok(attr_of(ino, &r));
             }
@@ -1110,6 +1210,7 @@ impl FileSystem for Etcd {
             let mut ops = vec![TxnOp::delete(ek.clone(), None), self.times_op(parent, t)];
             self.unlink_ops(ino, &v, t, &mut when, &mut ops);
             if self.txn(Tx::new().when(when).and_then(ops))?.succeeded() {
+                self.sh.entries_changed(parent);
                 if v.rec.nlink <= 1 {
                     self.orphaned(ino);
                 }
@@ -1145,6 +1246,7 @@ impl FileSystem for Etcd {
             let mut ops = vec![TxnOp::delete(ek.clone(), None), TxnOp::put(l.record(parent), pr.encode(), None)];
             self.rmdir_ops(ino, &v, &mut when, &mut ops);
             if self.txn(Tx::new().when(when).and_then(ops))?.succeeded() {
+                self.sh.entries_changed(parent);
                 return Ok(());
             }
             if !self.is_empty_dir(ino)? {
@@ -1184,34 +1286,17 @@ impl FileSystem for Etcd {
     }
 
     fn readdir(&self, ino: Ino, offset: u64) -> Result<Vec<DirEntry>> {
-        let l = &self.sh.layout;
-        let start = l.entries_after(ino, offset);
-        let opts = GetOptions::new().with_range(prefix_end(&l.entries(ino))).with_limit(READDIR_BATCH);
-        let r = self.get(start, Some(opts))?;
-        if r.kvs().is_empty() && offset == 0 {
-            // Say ENOTDIR or ENOENT rather than an empty listing.
-            self.load_dir(ino)?;
-        }
-        let mut out: Vec<DirEntry> = r
-            .kvs()
-            .iter()
-            .filter_map(|kv| {
-                let (cookie, name) = l.entry_name(ino, kv.key())?;
-                let (child, kind) = decode_entry(kv.value())?;
-                Some(DirEntry { ino: child, name: name.to_vec(), kind, offset: cookie })
-            })
-            .collect();
-        // Names that share a cookie stay in one batch: a listing resumes
-        // after a cookie, never in the middle of one.
-        if r.more() {
-            if let Some(last) = out.last().map(|e| e.offset) {
-                let keep = out.iter().position(|e| e.offset == last).unwrap_or(out.len());
-                if keep > 0 {
-                    out.truncate(keep);
-                }
+        if let Some(list) = self.listing(ino)? {
+            // From the kept listing: the entries after the cookie, a batch,
+            // ending at a cookie boundary.
+            let from = list.partition_point(|e| e.offset <= offset);
+            let mut end = (from + READDIR_BATCH as usize).min(list.len());
+            while end < list.len() && end > from && list[end].offset == list[end - 1].offset {
+                end += 1;
             }
+            return Ok(list[from..end].to_vec());
         }
-        Ok(out)
+        self.readdir_batch(ino, offset)
     }
 
     fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
@@ -1482,6 +1567,8 @@ impl Etcd {
             }
         }
         if self.txn(Tx::new().when(when).and_then(ops))?.succeeded() {
+            self.sh.entries_changed(parent);
+            self.sh.entries_changed(new_parent);
             if let Some((d, true)) = victim {
                 self.orphaned(d);
             }

@@ -142,6 +142,7 @@ fn deliver(sh: &Arc<Shared>, rx: mpsc::Receiver<Msg>, revision: &AtomicI64, stop
         let notify = sh.notify.get();
         match msg {
             Msg::AllChanged => {
+                sh.forget_listings();
                 if let Some(n) = notify {
                     n.all_changed();
                 }
@@ -167,6 +168,7 @@ fn deliver(sh: &Arc<Shared>, rx: mpsc::Receiver<Msg>, revision: &AtomicI64, stop
                     sh.stats.events.fetch_add(1, Ordering::Relaxed);
                     match sh.layout.parse(key) {
                         Key::Entry(parent, name) => {
+                            sh.entries_changed(parent);
                             if let Some(n) = notify {
                                 n.entry_changed(parent, name);
                             }
