@@ -1777,7 +1777,11 @@ pub(crate) fn touch_atime(shared: &Shared, inode: &Inode) {
         }
     };
     if due {
-        if inode.data_if_any().is_some() {
+        // A page cache's reads never reach the filesystem, so it is told;
+        // so is a filesystem whose inodes the VFS copies (a passthrough's
+        // host sets atime itself and ignores it; a remote one, such as
+        // etcd, records it, else every read would find atime due again).
+        if inode.data_if_any().is_some() || !inode.is_owned() {
             inode.fs().note_access(inode.ino);
         }
         inode.refresh(inode.fs());

@@ -1420,6 +1420,25 @@ impl FileSystem for Etcd {
         Ok(StatFs { bsize: 4096, blocks, bfree: blocks, bavail: blocks, files: 1 << 32, ffree: 1 << 32, namelen: 255 })
     }
 
+    /// A read found atime due (relatime): atime becomes now. ctime stays,
+    /// as for Linux's atime updates; a failure is ignored (the next read
+    /// tries again).
+    fn note_access(&self, ino: Ino) {
+        let l = &self.sh.layout;
+        for _ in 0..8 {
+            let Ok(v) = self.load(ino) else { return };
+            let mut r = v.merged();
+            r.atime = now();
+            let tx = Tx::new()
+                .when([Compare::mod_revision(l.record(ino), CompareOp::Equal, v.rev)])
+                .and_then([TxnOp::put(l.record(ino), r.encode(), None)]);
+            match self.txn(tx) {
+                Ok(resp) if !resp.succeeded() => continue,
+                _ => return,
+            }
+        }
+    }
+
     fn attach(&self, notify: Arc<dyn Notify>) {
         let _ = self.sh.notify.set(notify);
     }
