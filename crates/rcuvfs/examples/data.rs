@@ -11,7 +11,7 @@ use rcuvfs::{OpenOptions, Vfs};
 
 fn rss_mib() -> u64 {
     let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()).unwrap_or(0) * 4096 >> 20
+    (s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()).unwrap_or(0) * 4096) >> 20
 }
 
 fn main() -> std::io::Result<()> {

@@ -15,10 +15,6 @@ use common::{errno, scaled};
 use rcuvfs::fs::memfs::{MemFs, MemFsOptions};
 use rcuvfs::{Cred, FileType, RefMode, Vfs};
 
-fn names(v: &Vfs, dir: &str) -> Vec<String> {
-    v.read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect()
-}
-
 #[test]
 fn a_large_listing_is_lazy_ordered_by_cookie_and_resumes_anywhere() {
     let v = Vfs::new();

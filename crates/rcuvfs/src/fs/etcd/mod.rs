@@ -2,6 +2,16 @@
 //! several machines (each its own `Vfs`, or its own `rcuvfs mount`) see one
 //! namespace.
 //!
+//! ```no_run
+//! use rcuvfs::fs::etcd::{Etcd, EtcdOptions};
+//! use std::sync::Arc;
+//!
+//! let fs = Etcd::connect(EtcdOptions::parse("10.0.0.1:2379,10.0.0.2:2379/mytree")?)?;
+//! let vfs = rcuvfs::Vfs::builder().filesystem(Arc::new(fs)).build()?;
+//! vfs.write("/shared.txt", b"seen by every client")?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
 //! # What is stored where
 //!
 //! See `layout` for the keys. Inodes are records keyed by number; a
