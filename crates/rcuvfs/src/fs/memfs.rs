@@ -58,8 +58,8 @@ use std::ptr;
 use std::sync::{Arc, OnceLock};
 
 use super::{
-    Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, SetTime, StatFs, Timespec, WritePos,
-    XattrSet, XATTR_LIST_MAX,
+    Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, StatFs, Timespec, WritePos, XattrSet,
+    XATTR_LIST_MAX,
 };
 use crate::error::{err, fail, Result, EEXIST, EINVAL, EISDIR, ENODATA, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
 use crate::filemap::{Accounting, CacheMode, PageCache, PAGE};
@@ -904,13 +904,6 @@ impl MemFs {
     }
 }
 
-fn set_time(t: SetTime, now: Timespec) -> Timespec {
-    match t {
-        SetTime::Now => now,
-        SetTime::At(t) => t,
-    }
-}
-
 impl FileSystem for MemFs {
     fn root(&self) -> Ino {
         ROOT_INO
@@ -967,10 +960,10 @@ impl FileSystem for MemFs {
                 a.gid = gid;
             }
             if let Some(x) = set.atime {
-                a.atime = set_time(x, t);
+                a.atime = x.at(t);
             }
             if let Some(m) = set.mtime {
-                a.mtime = set_time(m, t);
+                a.mtime = m.at(t);
             }
             a.ctime = t;
         });

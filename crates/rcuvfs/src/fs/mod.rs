@@ -132,6 +132,16 @@ pub enum SetTime {
     At(Timespec),
 }
 
+impl SetTime {
+    /// The time this stands for, `now` being the time of the change.
+    pub fn at(self, now: Timespec) -> Timespec {
+        match self {
+            SetTime::Now => now,
+            SetTime::At(t) => t,
+        }
+    }
+}
+
 /// The changes of a `setattr` (chmod, chown, truncate, utimens). Fields left
 /// `None` are unchanged. The filesystem updates ctime whenever it changes
 /// anything, and mtime on a size change.

@@ -4,8 +4,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use etcd_client::GetOptions;
-
 use super::layout::{decode_entry, Key, Record, CHUNK, ROOT};
 use super::{range, Etcd};
 use crate::error::Result;
@@ -19,7 +17,7 @@ impl Etcd {
         let l = &self.sh.layout;
         let all = self.call(|mut c| {
             let p = l.prefix().to_vec();
-            async move { c.get(p.clone(), range(p).map(|o: GetOptions| o)).await }
+            async move { c.get(p.clone(), range(p)).await }
         })?;
         let mut recs: BTreeMap<Ino, Record> = BTreeMap::new();
         let mut entries: Vec<(Ino, Vec<u8>, Ino, FileType)> = Vec::new();

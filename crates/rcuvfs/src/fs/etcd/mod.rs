@@ -116,7 +116,7 @@ pub use cluster::LocalCluster;
 pub use layout::CHUNK;
 use layout::{decode_entry, decode_times, encode_entry, encode_times, prefix_end, Layout, Record, ROOT};
 
-use super::{Attr, DirEntry, FileSystem, FileType, Ino, Notify, Owner, RenameFlags, SetAttr, SetTime, StatFs};
+use super::{Attr, DirEntry, FileSystem, FileType, Ino, Notify, Owner, RenameFlags, SetAttr, StatFs};
 use super::{Timespec, WritePos, XattrSet};
 use crate::error::{err, fail, Result};
 use libc::{EEXIST, EFBIG, EINVAL, EIO, EISDIR, ENODATA, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM, ETIMEDOUT};
@@ -686,6 +686,25 @@ impl Etcd {
         ))
     }
 
+    /// What an unlink (`dir` false) or rmdir (`dir` true) of `name` in
+    /// `parent` removes: the parent, the victim's inode number, its entry's
+    /// revision and its record. ENOENT, EISDIR or ENOTDIR as POSIX says;
+    /// `None` when the record went between the two reads (try again).
+    fn victim(&self, parent: Ino, name: &[u8], dir: bool) -> Result<Option<(Loaded, Ino, i64, Loaded)>> {
+        let p = self.load_dir(parent)?;
+        let Some((ino, kind, erev)) = self.entry(parent, name)? else { return fail(ENOENT) };
+        match (kind == FileType::Dir, dir) {
+            (true, false) => return fail(EISDIR),
+            (false, true) => return fail(ENOTDIR),
+            _ => {}
+        }
+        match self.load(ino) {
+            Ok(v) => Ok(Some((p, ino, erev, v))),
+            Err(e) if e.raw_os_error() == Some(ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The compares and deletes that remove the empty directory `ino`.
     fn rmdir_ops(&self, ino: Ino, v: &Loaded, when: &mut Vec<Compare>, ops: &mut Vec<TxnOp>) {
         let l = &self.sh.layout;
@@ -901,7 +920,9 @@ enum Chunks {
 
 impl Shared {
     fn lease(&self) -> i64 {
-        self.lease.load(Ordering::Acquire)
+        // Relaxed: the id is the whole of what is shared; nothing else is
+        // published with it.
+        self.lease.load(Ordering::Relaxed)
     }
 
     /// Makes the root and the inode counter if the tree is new; returns the
@@ -1077,15 +1098,11 @@ impl FileSystem for Etcd {
             if let Some(g) = set.gid {
                 r.gid = g;
             }
-            let stamp = |s: SetTime| match s {
-                SetTime::Now => t,
-                SetTime::At(at) => at,
-            };
             if let Some(a) = set.atime {
-                r.atime = stamp(a);
+                r.atime = a.at(t);
             }
             if let Some(m) = set.mtime {
-                r.mtime = stamp(m);
+                r.mtime = m.at(t);
                 // An explicit mtime replaces the directory times key, which
                 // would otherwise win if later.
                 when.push(Compare::mod_revision(l.times(ino), CompareOp::Equal, v.times_rev));
@@ -1202,16 +1219,7 @@ impl FileSystem for Etcd {
         let l = &self.sh.layout;
         let ek = l.entry(parent, name);
         for _ in 0..RETRIES {
-            let p = self.load_dir(parent)?;
-            let Some((ino, kind, erev)) = self.entry(parent, name)? else { return fail(ENOENT) };
-            if kind == FileType::Dir {
-                return fail(EISDIR);
-            }
-            let v = match self.load(ino) {
-                Ok(v) => v,
-                Err(e) if e.raw_os_error() == Some(ENOENT) => continue,
-                Err(e) => return Err(e),
-            };
+            let Some((p, ino, erev, v)) = self.victim(parent, name, false)? else { continue };
             let t = now();
             let mut when = vec![
                 Compare::mod_revision(ek.clone(), CompareOp::Equal, erev),
@@ -1234,16 +1242,7 @@ impl FileSystem for Etcd {
         let l = &self.sh.layout;
         let ek = l.entry(parent, name);
         for _ in 0..RETRIES {
-            let p = self.load_dir(parent)?;
-            let Some((ino, kind, erev)) = self.entry(parent, name)? else { return fail(ENOENT) };
-            if kind != FileType::Dir {
-                return fail(ENOTDIR);
-            }
-            let v = match self.load(ino) {
-                Ok(v) => v,
-                Err(e) if e.raw_os_error() == Some(ENOENT) => continue,
-                Err(e) => return Err(e),
-            };
+            let Some((p, ino, erev, v)) = self.victim(parent, name, true)? else { continue };
             let t = now();
             let mut pr = p.merged();
             pr.nlink = pr.nlink.saturating_sub(1);

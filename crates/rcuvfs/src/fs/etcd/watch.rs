@@ -58,13 +58,16 @@ impl Watcher {
 
     /// The revision up to which changes have been delivered.
     pub(super) fn revision(&self) -> i64 {
+        // Acquire, paired with the Release after each batch's notifications:
+        // whoever reads r also sees what the notifications up to r did.
         self.revision.load(Ordering::Acquire)
     }
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        // Relaxed: a flag, publishing nothing; the thread checks it per event.
+        self.stop.store(true, Ordering::Relaxed);
         for t in &self.tasks {
             t.abort();
         }
@@ -136,7 +139,7 @@ async fn watch_loop(sh: Arc<Shared>, mut rev: i64, tx: mpsc::Sender<Msg>) {
 
 fn deliver(sh: &Arc<Shared>, rx: mpsc::Receiver<Msg>, revision: &AtomicI64, stop: &AtomicBool) {
     while let Ok(msg) = rx.recv() {
-        if stop.load(Ordering::Acquire) {
+        if stop.load(Ordering::Relaxed) {
             return;
         }
         let notify = sh.notify.get();
@@ -158,7 +161,7 @@ fn deliver(sh: &Arc<Shared>, rx: mpsc::Receiver<Msg>, revision: &AtomicI64, stop
                     .map(|e| e.3)
                     .collect();
                 for (key, put, value, rev) in &events {
-                    if stop.load(Ordering::Acquire) {
+                    if stop.load(Ordering::Relaxed) {
                         return;
                     }
                     last = *rev;
@@ -363,7 +366,7 @@ async fn keep_lease(sh: Arc<Shared>) {
                     Ok(Some(r)) if r.ttl() > 0 => tokio::time::sleep(every).await,
                     Ok(Some(_)) => {
                         if let Ok(g) = c.lease_grant(ttl, None).await {
-                            sh.lease.store(g.id(), Ordering::Release);
+                            sh.lease.store(g.id(), Ordering::Relaxed);
                             let held: Vec<Ino> = sh
                                 .held
                                 .iter()
