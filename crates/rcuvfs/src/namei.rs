@@ -41,11 +41,11 @@
 //! filesystem, caching the answer, a negative one included.
 
 use crate::cred::{Cred, MAY_EXEC};
-use crate::dcache::{DRef, Dcache, Dentry};
+use crate::dcache::{DRef, Dcache, Dentry, Spliced};
 use crate::error::{errno_of, fail, Result, EACCES, EINVAL, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR};
 use crate::fs::{FileType, Ino};
 use crate::mount::{MntRef, Mount};
-use crate::sync::RcuGuard;
+use crate::sync::{MutexGuard, RcuGuard};
 
 pub const PATH_MAX: usize = 4096;
 pub const NAME_MAX: usize = 255;
@@ -394,13 +394,27 @@ impl Dcache {
     /// Looks `name` up in `dir` and returns a reference to its dentry,
     /// positive or negative, consulting the filesystem on a miss.
     pub(crate) fn lookup_ref<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<DRef<'a>> {
-        if let Some(d) = self.lookup_cached(dir, name)? {
-            return Ok(d);
+        loop {
+            if let Some(d) = self.lookup_cached(dir, name)? {
+                return Ok(d);
+            }
+            // A miss: the name's lock, so that parallel lookups of one
+            // missing name make one filesystem call (the others find its
+            // result).
+            let n = self.names.lock(crate::dcache::name_hash(dir, name));
+            if let Some(d) = self.lookup_cached(dir, name)? {
+                return Ok(d);
+            }
+            match self.lookup_fs(dir, name, None)? {
+                Spliced::Done(d) => return Ok(d),
+                // A directory's dentry must move here from another parent
+                // while a rename runs: let go, wait for it, look again.
+                Spliced::RenameBusy => {
+                    drop(n);
+                    drop(self.rename_mutex.lock());
+                }
+            }
         }
-        // A miss: the name's lock, so that parallel lookups of one missing
-        // name make one filesystem call (the others find its result).
-        let _n = self.names.lock(crate::dcache::name_hash(dir, name));
-        self.lookup_locked(dir, name)
     }
 
     /// A cached, revalidated dentry for `name` in `dir`, if any.
@@ -423,18 +437,40 @@ impl Dcache {
 
     /// Like [`lookup_ref`](Self::lookup_ref), for a caller that holds the
     /// name's name lock: the answer cannot change until it lets go.
-    pub(crate) fn lookup_locked<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<DRef<'a>> {
+    /// `renaming` is the caller's hold on the rename mutex, if it has one.
+    /// ESTALE if the name is a directory whose dentry must move here from
+    /// another parent while another thread holds the rename mutex: the
+    /// caller lets go of its locks and tries again (`Vfs::retry_estale`).
+    pub(crate) fn lookup_locked<'a>(
+        &'a self,
+        dir: &Dentry,
+        name: &[u8],
+        renaming: Option<&MutexGuard<'_, ()>>,
+    ) -> Result<DRef<'a>> {
         if let Some(d) = self.lookup_cached(dir, name)? {
             return Ok(d);
         }
+        match self.lookup_fs(dir, name, renaming)? {
+            Spliced::Done(d) => Ok(d),
+            Spliced::RenameBusy => fail(libc::ESTALE),
+        }
+    }
+
+    /// Asks the filesystem about `name` and caches its answer.
+    fn lookup_fs<'a>(
+        &'a self,
+        dir: &Dentry,
+        name: &[u8],
+        renaming: Option<&MutexGuard<'_, ()>>,
+    ) -> Result<Spliced<'a>> {
         let dir_ino: Ino = dir.inode().expect("positive directory").ino;
         let sb = dir.sb();
         match sb.fs.lookup(dir_ino, name) {
             Ok(attr) => {
                 let ip = sb.iget(&attr, true, &self.counters)?;
-                self.d_splice_alias(dir, name, ip)
+                self.d_splice_alias(dir, name, ip, renaming)
             }
-            Err(e) if errno_of(&e) == ENOENT => Ok(self.d_add(dir, name, std::ptr::null())),
+            Err(e) if errno_of(&e) == ENOENT => Ok(Spliced::Done(self.d_add(dir, name, std::ptr::null()))),
             Err(e) => Err(e),
         }
     }

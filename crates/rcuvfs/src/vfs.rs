@@ -44,6 +44,9 @@ use crate::namei::{check_name, check_path, Last, Parent, RefWalk, Walk};
 use crate::sync::list_batch::ListMode;
 use crate::sync::{Mutex, MutexGuard};
 
+/// How many times an update that answered ESTALE is tried again.
+const ESTALE_RETRIES: usize = 4;
+
 mod dir;
 mod xattr;
 pub use dir::{DirEntry, DirEntryPlus, ReadDir, TreeWalk, WalkEntry};
@@ -470,6 +473,28 @@ impl Notify for VfsNotify {
             }
         });
         if let Some(o) = &self.observer {
+            o.entry_changed(parent, name);
+        }
+    }
+
+    fn entry_is(&self, parent: Ino, name: &[u8], ino: Option<Ino>) {
+        let mut agrees = false;
+        self.with(|dc, sb| {
+            if let Some(dir) = dc.alias_ref(sb, parent) {
+                // The change's own update holds the name lock until its
+                // result is cached: compare with that result.
+                let _name = lock_name(dc, &dir, name);
+                if let Some(d) = dc.d_lookup(&dir, name) {
+                    agrees = d.inode().map(|i| i.ino) == ino;
+                    if !agrees {
+                        dc.d_invalidate(&d);
+                    }
+                }
+            }
+        });
+        // An observer learned the name from this cache's answers: told
+        // unless this cache agrees (not cached any more: told, to be safe).
+        if let (false, Some(o)) = (agrees, &self.observer) {
             o.entry_changed(parent, name);
         }
     }
@@ -957,6 +982,23 @@ impl Vfs {
     }
 
     /// Write and search permission on a directory (`may_create`).
+    /// Runs an update again, a few times, while it answers ESTALE, each
+    /// time after the rename in progress ends (Linux's `retry_estale`). A
+    /// lookup that finds a directory's dentry under another parent (moved
+    /// behind the cache, by another machine or on the host) moves it, which
+    /// needs the rename mutex; holding name locks, it may only try that
+    /// mutex, and answers ESTALE when a rename holds it. A filesystem's own
+    /// ESTALE is tried again too, as Linux does.
+    fn retry_estale<T>(&self, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+        for _ in 0..ESTALE_RETRIES {
+            match op() {
+                Err(e) if errno_of(&e) == libc::ESTALE => drop(self.dc().rename_mutex.lock()),
+                r => return r,
+            }
+        }
+        op()
+    }
+
     fn may_create(&self, dir: &Dentry) -> Result<Attr> {
         let a = dir.inode().expect("positive directory").attr();
         if !self.cred.may(&a, MAY_WRITE | MAY_EXEC) {
@@ -982,7 +1024,18 @@ impl Vfs {
         start: Start,
         path: &[u8],
         kind: FileType,
-        make: impl FnOnce(&dyn FileSystem, Ino, &[u8], Owner, u32) -> Result<Attr>,
+        make: impl Fn(&dyn FileSystem, Ino, &[u8], Owner, u32) -> Result<Attr>,
+        perm: u32,
+    ) -> Result<()> {
+        self.retry_estale(|| self.create_node_once(start, path, kind, &make, perm))
+    }
+
+    fn create_node_once(
+        &self,
+        start: Start,
+        path: &[u8],
+        kind: FileType,
+        make: &impl Fn(&dyn FileSystem, Ino, &[u8], Owner, u32) -> Result<Attr>,
         perm: u32,
     ) -> Result<()> {
         check_path(path)?;
@@ -993,7 +1046,7 @@ impl Vfs {
             return fail(EEXIST);
         };
         let _l = lock_name(dc, &p.dir, name);
-        let existing = dc.lookup_locked(&p.dir, name)?;
+        let existing = dc.lookup_locked(&p.dir, name, None)?;
         if existing.inode().is_some() {
             return fail(EEXIST);
         }
@@ -1133,6 +1186,10 @@ impl Vfs {
     }
 
     fn link_to(&self, src_mnt: &Mount, src_d: &Dentry, dst_start: Start, dst: &[u8]) -> Result<()> {
+        self.retry_estale(|| self.link_to_once(src_mnt, src_d, dst_start, dst))
+    }
+
+    fn link_to_once(&self, src_mnt: &Mount, src_d: &Dentry, dst_start: Start, dst: &[u8]) -> Result<()> {
         let dc = self.dc();
         let (w, p) = self.begin_parent(dst_start, dst)?;
         if !std::ptr::eq(src_mnt, w.mnt()) {
@@ -1142,7 +1199,7 @@ impl Vfs {
             return fail(EEXIST);
         };
         let _l = lock_name(dc, &p.dir, name);
-        let existing = dc.lookup_locked(&p.dir, name)?;
+        let existing = dc.lookup_locked(&p.dir, name, None)?;
         if existing.inode().is_some() {
             return fail(EEXIST);
         }
@@ -1203,6 +1260,10 @@ impl Vfs {
     }
 
     fn unlink_from(&self, start: Start, path: &[u8]) -> Result<()> {
+        self.retry_estale(|| self.unlink_from_once(start, path))
+    }
+
+    fn unlink_from_once(&self, start: Start, path: &[u8]) -> Result<()> {
         check_path(path)?;
         let _g = self.shared.global();
         let dc = self.dc();
@@ -1212,7 +1273,7 @@ impl Vfs {
         };
         let dir_inode = p.dir.inode().expect("positive directory");
         let _l = lock_name(dc, &p.dir, name);
-        let victim = dc.lookup_locked(&p.dir, name)?;
+        let victim = dc.lookup_locked(&p.dir, name, None)?;
         let Some(vi) = victim.inode() else {
             return fail(ENOENT);
         };
@@ -1239,6 +1300,10 @@ impl Vfs {
     }
 
     fn rmdir_from(&self, start: Start, path: &[u8]) -> Result<()> {
+        self.retry_estale(|| self.rmdir_from_once(start, path))
+    }
+
+    fn rmdir_from_once(&self, start: Start, path: &[u8]) -> Result<()> {
         check_path(path)?;
         let _g = self.shared.global();
         let dc = self.dc();
@@ -1255,7 +1320,7 @@ impl Vfs {
         // filesystem's to refuse: its rmdir checks emptiness and marks the
         // directory removed in one step.
         let _l = lock_name(dc, &p.dir, name);
-        let victim = dc.lookup_locked(&p.dir, name)?;
+        let victim = dc.lookup_locked(&p.dir, name, None)?;
         let Some(vi) = victim.inode() else {
             return fail(ENOENT);
         };
@@ -1457,6 +1522,10 @@ impl Vfs {
     }
 
     fn rename_from(&self, s1: Start, from: &[u8], s2: Start, to: &[u8], flags: RenameFlags) -> Result<()> {
+        self.retry_estale(|| self.rename_once(s1, from, s2, to, flags))
+    }
+
+    fn rename_once(&self, s1: Start, from: &[u8], s2: Start, to: &[u8], flags: RenameFlags) -> Result<()> {
         if flags.noreplace && flags.exchange {
             return fail(EINVAL);
         }
@@ -1478,11 +1547,11 @@ impl Vfs {
         let cross = !std::ptr::eq(op.dir.ptr(), np.dir.ptr());
         let _rm = cross.then(|| dc.rename_mutex.lock());
         let _locks = dc.names.lock2(name_hash(op.dir.ptr(), old_name), name_hash(np.dir.ptr(), new_name));
-        let src = dc.lookup_locked(&op.dir, old_name)?;
+        let src = dc.lookup_locked(&op.dir, old_name, _rm.as_ref())?;
         let Some(si) = src.inode() else {
             return fail(ENOENT);
         };
-        let dst = dc.lookup_locked(&np.dir, new_name)?;
+        let dst = dc.lookup_locked(&np.dir, new_name, _rm.as_ref())?;
         let di = dst.inode();
         if flags.exchange && di.is_none() {
             return fail(ENOENT);
@@ -1640,6 +1709,10 @@ impl Vfs {
     }
 
     fn open_from(&self, start: Start, path: &[u8], opts: &OpenOptions) -> Result<File> {
+        self.retry_estale(|| self.open_once(start, path, opts))
+    }
+
+    fn open_once(&self, start: Start, path: &[u8], opts: &OpenOptions) -> Result<File> {
         opts.validate()?;
         check_path(path)?;
         let _g = self.shared.global();
@@ -1687,7 +1760,7 @@ impl Vfs {
         }
         let dir_inode = p.dir.inode().expect("positive directory");
         let l = lock_name(dc, &p.dir, name);
-        let existing = dc.lookup_locked(&p.dir, name)?;
+        let existing = dc.lookup_locked(&p.dir, name, None)?;
         if let Some(ei) = existing.inode() {
             if opts.create_new {
                 return fail(EEXIST);
@@ -1795,3 +1868,54 @@ const _: () = {
     assert_send_sync::<Entry>();
     assert_send_sync::<File>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::passthrough::{Passthrough, PassthroughOptions};
+    use std::time::Duration;
+
+    /// A directory moved behind the cache (on the host, its old name
+    /// trusted for an hour) is found under its new name while another
+    /// thread holds the rename mutex: the lookup that must move its dentry
+    /// waits for the rename instead of answering ESTALE, in a walk (a
+    /// stat) and in an update's own lookup (an rmdir, a mkdir).
+    #[test]
+    fn a_lookup_that_moves_a_directory_waits_out_a_rename() {
+        let host = std::env::temp_dir().join(format!("rcuvfs-vfs-moved-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&host);
+        std::fs::create_dir_all(host.join("x/d")).unwrap();
+        std::fs::create_dir(host.join("y")).unwrap();
+        std::fs::write(host.join("x/d/f"), b"kept").unwrap();
+        let opts = PassthroughOptions { watch: false, ttl: Duration::from_secs(3600), ..Default::default() };
+        let vfs = Vfs::builder().filesystem(Arc::new(Passthrough::new(&host, opts).unwrap())).build().unwrap();
+        type Op = fn(&Vfs) -> Result<()>;
+        let ops: [(&str, Op); 3] = [
+            ("a stat through it", |v| v.metadata("/y/d/f").map(|_| ())),
+            ("a mkdir over it", |v| match v.create_dir("/y/d") {
+                Err(e) if errno_of(&e) == EEXIST => Ok(()),
+                r => r,
+            }),
+            ("an rmdir of it", |v| match v.remove_dir("/y/d") {
+                Err(e) if errno_of(&e) == ENOTEMPTY => Ok(()),
+                r => r,
+            }),
+        ];
+        for (what, op) in ops {
+            vfs.metadata("/x/d").unwrap();
+            std::fs::rename(host.join("x/d"), host.join("y/d")).unwrap();
+            let held = vfs.dc().rename_mutex.lock();
+            std::thread::scope(|s| {
+                let t = s.spawn(|| op(&vfs));
+                std::thread::sleep(Duration::from_millis(100));
+                drop(held);
+                t.join().unwrap().unwrap_or_else(|e| panic!("{what}: {e}"));
+            });
+            // Back where it was (on the host too), its old name cached.
+            vfs.rename("/y/d", "/x/d").unwrap();
+            assert_eq!(std::fs::read(host.join("x/d/f")).unwrap(), b"kept");
+        }
+        drop(vfs);
+        std::fs::remove_dir_all(&host).unwrap();
+    }
+}

@@ -130,6 +130,16 @@ use crate::sync::list_batch::ListMode;
 use crate::sync::shard::Counter;
 use crate::sync::{Lockref, Mutex, Rcu, SeqCount};
 
+/// What [`Dcache::d_splice_alias`] did with a filesystem's answer.
+pub(crate) enum Spliced<'a> {
+    /// The dentry now naming the inode.
+    Done(DRef<'a>),
+    /// The inode is a directory whose dentry must move here from another
+    /// parent, and another thread holds the rename mutex: the caller lets
+    /// go of its locks, waits for the mutex, and looks again.
+    RenameBusy,
+}
+
 /// Live-object counters of one `Vfs`, kept past its end so that tests can
 /// check that teardown freed everything. Updated on allocation and free
 /// only, never on a lookup; each thread counts on a line of its own and

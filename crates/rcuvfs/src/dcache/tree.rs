@@ -3,11 +3,11 @@
 use std::ptr;
 
 use super::dentry::{name_hash, same_name, DRef, Dentry, Name, HASHED};
-use super::Dcache;
+use super::{Dcache, Spliced};
 use crate::inode::Inode;
 use crate::sync::atomic::Ordering;
 use crate::sync::index::{Index, InsertError, Probe};
-use crate::sync::{LockrefGuard, RcuGuard};
+use crate::sync::{LockrefGuard, MutexGuard, RcuGuard};
 
 impl Dcache {
     /// Finds a hashed dentry for `name` under `parent` (`__d_lookup_rcu`).
@@ -164,10 +164,18 @@ impl Dcache {
     /// would cache two sets of children, and a create made through one
     /// would hide behind a miss cached under the other. A move to another
     /// parent changes the tree's shape, so it needs the rename mutex, which
-    /// comes before name locks: it is only tried, and on failure the lookup
-    /// answers ESTALE, as Linux's `__d_unalias` does. ELOOP if the move
-    /// would put a directory under itself, or move a filesystem's root.
-    pub fn d_splice_alias<'a>(&'a self, dir: &Dentry, name: &[u8], ip: *const Inode) -> std::io::Result<DRef<'a>> {
+    /// comes before name locks: a caller that holds it passes its guard
+    /// (`renaming`); otherwise it is only tried, and on failure the answer
+    /// is [`Spliced::RenameBusy`] (Linux's `__d_unalias` answers ESTALE).
+    /// ELOOP if the move would put a directory under itself, or move a
+    /// filesystem's root.
+    pub fn d_splice_alias<'a>(
+        &'a self,
+        dir: &Dentry,
+        name: &[u8],
+        ip: *const Inode,
+        renaming: Option<&MutexGuard<'_, ()>>,
+    ) -> std::io::Result<Spliced<'a>> {
         // SAFETY: the caller's reference keeps the inode live.
         let inode = unsafe { &*ip };
         if inode.kind == crate::fs::FileType::Dir {
@@ -177,24 +185,25 @@ impl Dcache {
                 } else if ptr::eq(alias.parent(), dir) {
                     // Back under the same parent: the shape does not change.
                     self.move_dentry(&alias, dir, name, None, false);
-                    Ok(())
+                    Ok(Spliced::Done(alias))
                 } else {
-                    match self.rename_mutex.try_lock() {
-                        None => crate::error::fail(libc::ESTALE),
-                        Some(_rm) if self.is_ancestor(&alias, dir) => crate::error::fail(crate::error::ELOOP),
-                        Some(_rm) => {
-                            self.move_dentry(&alias, dir, name, None, false);
-                            Ok(())
-                        }
+                    let tried = if renaming.is_some() { None } else { self.rename_mutex.try_lock() };
+                    if renaming.is_none() && tried.is_none() {
+                        Ok(Spliced::RenameBusy)
+                    } else if self.is_ancestor(&alias, dir) {
+                        crate::error::fail(crate::error::ELOOP)
+                    } else {
+                        self.move_dentry(&alias, dir, name, None, false);
+                        Ok(Spliced::Done(alias))
                     }
                 };
                 // SAFETY: the caller's reference, not passed on: the alias
                 // holds its own.
                 unsafe { self.iput(ip) };
-                return result.map(|()| alias);
+                return result;
             }
         }
-        Ok(self.d_add(dir, name, ip))
+        Ok(Spliced::Done(self.d_add(dir, name, ip)))
     }
 
     /// A referenced live dentry naming `inode`, if any.

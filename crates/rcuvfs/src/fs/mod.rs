@@ -407,6 +407,17 @@ pub trait Notify: Send + Sync {
     /// `name` in directory `parent` appeared, went, or now names another
     /// object: the cached dentry, positive or negative, is dropped.
     fn entry_changed(&self, parent: Ino, name: &[u8]);
+    /// A change the VFS itself made, through this filesystem, left `name`
+    /// in `parent` naming `ino` (`None`: no such name). The VFS applied
+    /// the change to what its cache said the name was; where the filesystem
+    /// is shared and the cache was behind (another client had just replaced
+    /// the name), the change acted on the object that is there now, and the
+    /// cache's answer is wrong. A cached answer that differs is dropped, one
+    /// that agrees is kept. The default drops it in any case.
+    fn entry_is(&self, parent: Ino, name: &[u8], ino: Option<Ino>) {
+        let _ = ino;
+        self.entry_changed(parent, name);
+    }
     /// The object `name` in `parent` changed (its attributes or data): its
     /// cached attributes are read again, if it is cached.
     fn attr_changed(&self, parent: Ino, name: &[u8]);

@@ -53,6 +53,14 @@
 //! once (the VFS caches what each call returns). Cached lookups and stats
 //! ask nothing of etcd, so they stay as fast as on memfs.
 //!
+//! A client's own change acts on the names as etcd has them when it
+//! commits, while the VFS applies it to what its cache said the names
+//! were. If the cache was behind (another client replaced `a` a moment
+//! before this one renamed `a` to `c`), etcd moved the new file and the
+//! cache moved the old one. So the watcher hands the entries of the
+//! client's own revisions to the VFS too (`Notify::entry_is`), which keeps
+//! a cached name that agrees and drops one that does not.
+//!
 //! After a disconnect the watch resumes from its revision. If etcd
 //! compacted past it, events were lost: every cached name is dropped
 //! (`Notify::all_changed`), as the passthrough does when inotify overflows.
@@ -942,7 +950,8 @@ impl Shared {
     /// Commits `tx`, with the put of this client's writer key that tells
     /// its watcher that the revision is its own (a client's own changes are
     /// in its cache already; read back from the watch, they could race a
-    /// later change of its own and put older attributes over newer ones).
+    /// later change of its own and put older attributes over newer ones;
+    /// only their entries are checked, see "Coherence").
     fn txn(&self, tx: Tx) -> Result<etcd_client::TxnResponse> {
         let mut then = tx.then;
         then.push(TxnOp::put(self.layout.writer(self.client_id), Vec::new(), None));

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, EventType, GetOptions, Txn, TxnOp, WatchOptions};
 
-use super::layout::{Key, Record};
+use super::layout::{decode_entry, Key, Record};
 use super::{get_kvs, leased, range, range_empty, Shared};
 use crate::error::Result;
 use crate::fs::Ino;
@@ -166,6 +166,13 @@ fn deliver(sh: &Arc<Shared>, rx: mpsc::Receiver<Msg>, revision: &AtomicI64, stop
                     }
                     last = *rev;
                     if own.contains(rev) {
+                        // Not news to this client, but its cache applied
+                        // the change to what it believed the names were,
+                        // which may have been behind: it checks them.
+                        if let (Key::Entry(parent, name), Some(n)) = (sh.layout.parse(key), notify) {
+                            let ino = if *put { decode_entry(value).map(|(i, _)| i) } else { None };
+                            n.entry_is(parent, name, ino);
+                        }
                         continue;
                     }
                     sh.stats.events.fetch_add(1, Ordering::Relaxed);
