@@ -1881,6 +1881,7 @@ mod tests {
     /// waits for the rename instead of answering ESTALE, in a walk (a
     /// stat) and in an update's own lookup (an rmdir, a mkdir).
     #[test]
+    #[cfg_attr(miri, ignore = "host directory calls")]
     fn a_lookup_that_moves_a_directory_waits_out_a_rename() {
         let host = std::env::temp_dir().join(format!("rcuvfs-vfs-moved-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&host);

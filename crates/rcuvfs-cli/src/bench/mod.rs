@@ -1,12 +1,15 @@
 //! The lab's harness (`rcuvfs bench`): every thread is released from one
 //! barrier after a warm-up and runs for a fixed duration; per-thread
 //! counters sit on their own cache lines; each cell is repeated and the
-//! median reported. Results go to a table on stdout, JSON (`--json`) and
-//! SVG plots (`--plot`).
+//! median reported. Results go to a table on stdout, ending with the
+//! seeds' table (`seeds`), JSON (`--json`), SVG plots (`--plot`) and one
+//! HTML page (`--report`).
 
 mod exit;
 mod files;
 mod plot;
+mod report;
+mod seeds;
 mod workloads;
 
 use std::path::PathBuf;
@@ -52,6 +55,10 @@ pub struct BenchArgs {
     /// Write an SVG plot of ops/s against threads per workload here.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Write one self-contained HTML page with the seeds' table, every
+    /// table and every plot.
+    #[arg(long)]
+    report: Option<PathBuf>,
     /// Directory on the host's tmpfs for the `host` peer.
     #[arg(long, default_value = "/dev/shm")]
     host_dir: PathBuf,
@@ -120,6 +127,29 @@ pub struct Row {
     hit_rate: Option<f64>,
 }
 
+#[cfg(test)]
+impl Row {
+    /// A row with only what the seeds' table and the report read.
+    pub(crate) fn for_test(workload: &str, mode: &str, threads: usize, ops_per_sec: f64) -> Row {
+        Row {
+            workload: workload.into(),
+            mode: mode.into(),
+            threads,
+            ops: ops_per_sec as u64,
+            seconds: 1.0,
+            ops_per_sec,
+            ns_per_op: 1e9 * threads as f64 / ops_per_sec,
+            cpu_seconds: 0.0,
+            repeats: 1,
+            backend: "memfs".into(),
+            config: None,
+            false_negatives: None,
+            create_seconds: None,
+            hit_rate: None,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Report {
     machine: Machine,
@@ -130,6 +160,8 @@ struct Report {
     /// The `big-dir` sweep: ns per entry of a whole listing against N.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     big_dir: Vec<files::BigDirRow>,
+    /// One row per seed: its figure and this run's before/after ratio.
+    seeds: Vec<seeds::SeedRow>,
 }
 
 /// One counter per cache-line pair (against adjacent-line prefetch).
@@ -411,22 +443,37 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
             plot::write(&dir.join("inode-exit.svg"), "inode-exit", &rows)?;
         }
     }
+    let seed_rows = seeds::summarize(&rows);
+    seeds::print(&seed_rows);
+    let report = Report {
+        machine: Machine {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel: uname(),
+            date: std::process::Command::new("date")
+                .arg("-Iseconds")
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default(),
+        },
+        results: rows,
+        files: file_rows,
+        big_dir: big_dir_rows,
+        seeds: seed_rows,
+    };
     if let Some(path) = &args.json {
-        let report = Report {
-            machine: Machine {
-                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-                kernel: uname(),
-                date: std::process::Command::new("date")
-                    .arg("-Iseconds")
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-                    .unwrap_or_default(),
-            },
-            results: rows,
-            files: file_rows,
-            big_dir: big_dir_rows,
-        };
         std::fs::write(path, serde_json::to_string_pretty(&report).map_err(std::io::Error::other)?)?;
+    }
+    if let Some(path) = &args.report {
+        let mut sections: Vec<report::Section> =
+            plan.iter().map(|(w, _)| report::Section { name: w.name, seed: w.seed, op: w.op }).collect();
+        if run_exit {
+            sections.push(report::Section {
+                name: "inode-exit",
+                seed: "004",
+                op: "files created and kept open by each thread, then unlinked and closed by all threads at once (ops/s: files per second of the exit)",
+            });
+        }
+        report::write(path, &report, &sections)?;
     }
     Ok(())
 }
