@@ -7,6 +7,7 @@
 
 mod exit;
 mod files;
+mod memoryfs;
 mod plot;
 mod report;
 mod seeds;
@@ -38,7 +39,7 @@ pub struct BenchArgs {
     /// list): global, dlock, lockref, rcuwalk, norefs (the reference axis),
     /// packed, split (the layout axis), mutex, rwlock, lockless (the page
     /// cache axis), locked, batch, percpu (inode-exit's list axis), host,
-    /// papaya, dashmap (peers); `+`
+    /// papaya, dashmap, memoryfs (peers); `+`
     /// combines axes (`rcuwalk+packed`). A name sets its own axis and leaves
     /// the others at their defaults.
     #[arg(long, default_value = "all")]
@@ -258,7 +259,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     if let Some(ms) = &explicit {
         if let Some(bad) = ms.iter().find(|m| !is_known_mode(m) && !exit::MODES.contains(&m.as_str())) {
             return Err(std::io::Error::other(format!(
-                "unknown mode {bad:?} (known: global, dlock, lockref, rcuwalk, norefs, packed, split, mutex, rwlock, lockless, locked, batch, percpu, host, papaya, dashmap, and + combinations)"
+                "unknown mode {bad:?} (known: global, dlock, lockref, rcuwalk, norefs, packed, split, mutex, rwlock, lockless, locked, batch, percpu, host, papaya, dashmap, memoryfs, and + combinations)"
             )));
         }
     }
@@ -349,7 +350,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                     repeats: samples.len(),
                     backend: args.backend.clone(),
                     config: vfs_config(m)
-                        .filter(|_| !matches!(m.as_str(), "host" | "papaya" | "dashmap"))
+                        .filter(|_| !matches!(m.as_str(), "host" | "papaya" | "dashmap" | "memoryfs"))
                         .map(|c| Config { refs: c.refs.name(), layout: c.layout.name(), page_cache: c.cache.name() }),
                     false_negatives: fneg,
                     create_seconds: None,

@@ -83,6 +83,9 @@ pub struct Workload {
 const REF_MODES: [&str; 5] = ["global", "dlock", "lockref", "rcuwalk", "norefs"];
 /// The reference axis, then the host kernel.
 const REF_MODES_AND_HOST: [&str; 6] = [REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"];
+/// The reference axis, the host kernel, and the `vfs` crate's MemoryFS.
+const REF_MODES_HOST_MEMORYFS: [&str; 7] =
+    [REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host", "memoryfs"];
 
 pub static WORKLOADS: &[Workload] = &[
     Workload {
@@ -99,6 +102,7 @@ pub static WORKLOADS: &[Workload] = &[
             "host",
             "papaya",
             "dashmap",
+            "memoryfs",
         ],
         build: |c, m, t| stat(c, m, t, false),
     },
@@ -106,7 +110,17 @@ pub static WORKLOADS: &[Workload] = &[
         name: "stat-private",
         seed: "002",
         op: "stat of a per-thread file at depth 4",
-        modes: &[REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host", "papaya", "dashmap"],
+        modes: &[
+            REF_MODES[0],
+            REF_MODES[1],
+            REF_MODES[2],
+            REF_MODES[3],
+            REF_MODES[4],
+            "host",
+            "papaya",
+            "dashmap",
+            "memoryfs",
+        ],
         build: |c, m, t| stat(c, m, t, true),
     },
     Workload {
@@ -120,14 +134,14 @@ pub static WORKLOADS: &[Workload] = &[
         name: "create-private",
         seed: "-",
         op: "create (open O_CREAT, close) then unlink of one of 64 names, each thread in its own directory (one op = both)",
-        modes: &REF_MODES_AND_HOST,
+        modes: &REF_MODES_HOST_MEMORYFS,
         build: |c, m, t| create_unlink(c, m, t, true),
     },
     Workload {
         name: "create-shared",
         seed: "-",
         op: "create (open O_CREAT, close) then unlink of one of 64 names per thread, all threads in one directory",
-        modes: &REF_MODES_AND_HOST,
+        modes: &REF_MODES_HOST_MEMORYFS,
         build: |c, m, t| create_unlink(c, m, t, false),
     },
     Workload {
@@ -141,7 +155,7 @@ pub static WORKLOADS: &[Workload] = &[
         name: "tree-walk",
         seed: "003",
         op: "readdir of a directory of a 100k-file tree, and stat of each entry (ops = entries)",
-        modes: &[REF_MODES[0], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"],
+        modes: &[REF_MODES[0], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host", "memoryfs"],
         build: tree_walk,
     },
     Workload {
@@ -194,7 +208,7 @@ pub fn vfs_config(name: &str) -> Option<VfsConfig> {
 }
 
 pub fn is_known_mode(name: &str) -> bool {
-    matches!(name, "host" | "papaya" | "dashmap") || vfs_config(name).is_some()
+    matches!(name, "host" | "papaya" | "dashmap" | "memoryfs") || vfs_config(name).is_some()
 }
 
 fn new_vfs(mode: &str) -> std::io::Result<Vfs> {
@@ -270,7 +284,7 @@ fn cstr(p: &Path) -> CString {
 
 /// Counts in batches of 64, publishing after each batch.
 #[inline]
-fn batches(stop: &AtomicBool, count: &AtomicU64, mut op: impl FnMut()) {
+pub(super) fn batches(stop: &AtomicBool, count: &AtomicU64, mut op: impl FnMut()) {
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         for _ in 0..64 {
@@ -386,7 +400,7 @@ fn stat(ctx: &Ctx, mode: &str, threads: usize, private: bool) -> std::io::Result
                 _dir: None,
                 paths: paths.iter().map(|p| cstr(&dir.join(p.trim_start_matches('/')))).collect(),
             }),
-            "papaya" | "dashmap" => return Err(unsupported(mode, "the passthrough backend")),
+            "papaya" | "dashmap" | "memoryfs" => return Err(unsupported(mode, "the passthrough backend")),
             m => {
                 let (vfs, stats) = backend_vfs(ctx, m)?;
                 let components = DEPTH_DIR.matches('/').count() as f64 + 1.0;
@@ -405,6 +419,10 @@ fn stat(ctx: &Ctx, mode: &str, threads: usize, private: bool) -> std::io::Result
                 c.push(cstr(&full));
             }
             Arc::new(HostStat { _dir: Some(dir), paths: c })
+        }
+        "memoryfs" => {
+            let fs = super::memoryfs::build(&[DEPTH_DIR.to_string()], &paths)?;
+            Arc::new(super::memoryfs::Stat { fs, paths })
         }
         "papaya" => {
             let map = papaya::HashMap::new();
@@ -487,7 +505,7 @@ impl Target for HostShort {
 fn short(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
     memfs_only(ctx, "short")?;
     match mode {
-        "papaya" | "dashmap" => Err(unsupported(mode, "short")),
+        "papaya" | "dashmap" | "memoryfs" => Err(unsupported(mode, "short")),
         "host" => {
             let dir = HostDir::new(ctx, "short")?;
             for d in 0..SHORT_DIRS {
@@ -563,6 +581,11 @@ fn create_unlink(ctx: &Ctx, mode: &str, threads: usize, private: bool) -> std::i
     let dirs = if private { threads } else { 1 };
     match mode {
         "papaya" | "dashmap" => Err(unsupported(mode, tag)),
+        "memoryfs" => {
+            let fs = super::memoryfs::build(&(0..dirs).map(|d| format!("/c/d{d}")).collect::<Vec<_>>(), &[])?;
+            let names = (0..threads).map(|t| create_names("/c", private, t)).collect();
+            Ok(Arc::new(super::memoryfs::Create { fs, names }))
+        }
         "host" => {
             let dir = HostDir::new(ctx, tag)?;
             for d in 0..dirs {
@@ -671,7 +694,7 @@ impl Target for HostStorm {
 fn rename_storm(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
     memfs_only(ctx, "rename-storm")?;
     match mode {
-        "papaya" | "dashmap" => Err(unsupported(mode, "rename-storm")),
+        "papaya" | "dashmap" | "memoryfs" => Err(unsupported(mode, "rename-storm")),
         "host" => {
             let dir = Arc::new(HostDir::new(ctx, "storm")?);
             for i in 0..STABLE {
@@ -817,7 +840,7 @@ fn tree_walk(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn 
         // The tree is whatever the directory holds (a source tree, say).
         let (dirs, components) = host_tree_dirs(root)?;
         return match mode {
-            "papaya" | "dashmap" => Err(unsupported(mode, "tree-walk")),
+            "papaya" | "dashmap" | "memoryfs" => Err(unsupported(mode, "tree-walk")),
             "host" => Ok(Arc::new(HostTree { _dir: None, root: root.clone(), dirs })),
             m => {
                 let (vfs, stats) = backend_vfs(ctx, m)?;
@@ -829,6 +852,11 @@ fn tree_walk(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn 
     let per = tree_shape(ctx.tree_files).3;
     match mode {
         "papaya" | "dashmap" => Err(unsupported(mode, "tree-walk")),
+        "memoryfs" => {
+            let files: Vec<String> = dirs.iter().flat_map(|d| (0..per).map(move |f| format!("{d}/f{f}"))).collect();
+            let fs = super::memoryfs::build(&dirs, &files)?;
+            Ok(Arc::new(super::memoryfs::Tree { fs, dirs }))
+        }
         "host" => {
             let dir = HostDir::new(ctx, "tree")?;
             for d in &dirs {
@@ -908,7 +936,7 @@ fn dd(ctx: &Ctx, mode: &str, threads: usize, write: bool) -> std::io::Result<Arc
     memfs_only(ctx, "dd")?;
     let content = vec![0x5Au8; DD_SIZE as usize];
     match mode {
-        "papaya" | "dashmap" => Err(unsupported(mode, "dd")),
+        "papaya" | "dashmap" | "memoryfs" => Err(unsupported(mode, "dd")),
         "host" => {
             let dir = HostDir::new(ctx, "dd")?;
             let mut fds = Vec::new();
@@ -997,7 +1025,7 @@ fn pagecache_mix(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<
     memfs_only(ctx, "pagecache-mix")?;
     let content = vec![0x33u8; MIX_SIZE as usize];
     match mode {
-        "papaya" | "dashmap" => Err(unsupported(mode, "pagecache-mix")),
+        "papaya" | "dashmap" | "memoryfs" => Err(unsupported(mode, "pagecache-mix")),
         "host" => {
             let dir = HostDir::new(ctx, "mix")?;
             let mut fds = Vec::new();
