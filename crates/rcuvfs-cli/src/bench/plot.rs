@@ -80,7 +80,7 @@ pub fn svg(workload: &str, rows: &[Row]) -> String {
         pts.sort_by_key(|p| p.0);
         let px: Vec<(f64, f64)> = pts.iter().map(|&(t, v)| (x(t as f64), y(v))).collect();
         let style = Style {
-            dashed: matches!(*m, "host" | "papaya" | "dashmap"),
+            dashed: matches!(*m, "host" | "papaya" | "dashmap" | "memoryfs"),
             heavy: seeded.iter().any(|(_, b, a)| b == m || a == m),
         };
         let label = match seeded.iter().find(|(_, b, a)| b == m || a == m) {
