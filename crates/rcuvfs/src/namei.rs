@@ -47,6 +47,19 @@ use crate::fs::{FileType, Ino};
 use crate::mount::{MntRef, Mount};
 use crate::sync::{MutexGuard, RcuGuard};
 
+std::thread_local! {
+    /// Set when `lookup_locked` answered ESTALE because the rename mutex was
+    /// busy, so that `Vfs::retry_estale` tells that ESTALE from a
+    /// filesystem's own.
+    static RENAME_BUSY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread's last ESTALE came from a busy rename mutex (and
+/// forgets it).
+pub(crate) fn took_rename_busy() -> bool {
+    RENAME_BUSY.with(|b| b.replace(false))
+}
+
 pub const PATH_MAX: usize = 4096;
 pub const NAME_MAX: usize = 255;
 pub const MAX_SYMLINKS: u32 = 40;
@@ -452,7 +465,10 @@ impl Dcache {
         }
         match self.lookup_fs(dir, name, renaming)? {
             Spliced::Done(d) => Ok(d),
-            Spliced::RenameBusy => fail(libc::ESTALE),
+            Spliced::RenameBusy => {
+                RENAME_BUSY.with(|b| b.set(true));
+                fail(libc::ESTALE)
+            }
         }
     }
 

@@ -18,7 +18,9 @@
 //!
 //! Order: `global`, then `rename_mutex`, then name locks (two in stripe
 //! order), then the namespace lock, then the dcache's own locks (see
-//! `dcache`). No lock covers a whole directory: creates, removes and
+//! `dcache`). The dcache's superblock list comes before `rename_mutex`
+//! (a notification holds it while it waits for a name lock), so a mount
+//! makes its superblock before it takes any of these. No lock covers a whole directory: creates, removes and
 //! renames of different names in one directory run in parallel.
 
 use std::ffi::{OsStr, OsString};
@@ -478,23 +480,23 @@ impl Notify for VfsNotify {
     }
 
     fn entry_is(&self, parent: Ino, name: &[u8], ino: Option<Ino>) {
-        let mut agrees = false;
         self.with(|dc, sb| {
             if let Some(dir) = dc.alias_ref(sb, parent) {
                 // The change's own update holds the name lock until its
                 // result is cached: compare with that result.
                 let _name = lock_name(dc, &dir, name);
                 if let Some(d) = dc.d_lookup(&dir, name) {
-                    agrees = d.inode().map(|i| i.ino) == ino;
-                    if !agrees {
+                    if d.inode().map(|i| i.ino) != ino {
                         dc.d_invalidate(&d);
                     }
                 }
             }
         });
-        // An observer learned the name from this cache's answers: told
-        // unless this cache agrees (not cached any more: told, to be safe).
-        if let (false, Some(o)) = (agrees, &self.observer) {
+        // The observer (the kernel, through FUSE) is told in any case: it
+        // applied the change to its own belief, which may be behind where
+        // this cache's was not (a kernel rename of a name whose
+        // invalidation was still waiting for the directory's lock).
+        if let Some(o) = &self.observer {
             o.entry_changed(parent, name);
         }
     }
@@ -981,24 +983,27 @@ impl Vfs {
         }
     }
 
-    /// Write and search permission on a directory (`may_create`).
-    /// Runs an update again, a few times, while it answers ESTALE, each
-    /// time after the rename in progress ends (Linux's `retry_estale`). A
-    /// lookup that finds a directory's dentry under another parent (moved
-    /// behind the cache, by another machine or on the host) moves it, which
-    /// needs the rename mutex; holding name locks, it may only try that
-    /// mutex, and answers ESTALE when a rename holds it. A filesystem's own
-    /// ESTALE is tried again too, as Linux does.
+    /// Runs an update again, a few times, while it answers ESTALE because
+    /// a lookup found a directory's dentry under another parent (moved
+    /// behind the cache, by another machine or on the host) and could not
+    /// move it: that needs the rename mutex, which a lookup holding name
+    /// locks may only try. Each time, it first waits for the rename in
+    /// progress (Linux's `retry_estale`). A filesystem's own ESTALE is
+    /// answered at once: nothing here would make a second try different,
+    /// and the first may have changed something.
     fn retry_estale<T>(&self, mut op: impl FnMut() -> Result<T>) -> Result<T> {
         for _ in 0..ESTALE_RETRIES {
             match op() {
-                Err(e) if errno_of(&e) == libc::ESTALE => drop(self.dc().rename_mutex.lock()),
+                Err(e) if errno_of(&e) == libc::ESTALE && crate::namei::took_rename_busy() => {
+                    drop(self.dc().rename_mutex.lock())
+                }
                 r => return r,
             }
         }
         op()
     }
 
+    /// Write and search permission on a directory (`may_create`).
     fn may_create(&self, dir: &Dentry) -> Result<Attr> {
         let a = dir.inode().expect("positive directory").attr();
         if !self.cred.may(&a, MAY_WRITE | MAY_EXEC) {
@@ -1384,8 +1389,18 @@ impl Vfs {
         if self.dc().with_super(Arc::as_ptr(&fs) as *const (), |_| ()).is_some() {
             return fail(EBUSY);
         }
-        let f = fs.clone();
-        self.mount_on(path.as_ref(), |dc, _, _| dc.new_super(f).map(Mounted::Fresh))?;
+        if !self.cred.is_root() {
+            return fail(EPERM);
+        }
+        // The superblock first, holding no lock: making one takes the
+        // superblock list, which comes before the rename mutex and the name
+        // locks `mount_on` takes (a notification holds the list while it
+        // waits for a name lock).
+        let sb = self.dc().new_super(fs.clone())?;
+        if let Err(e) = self.mount_on(path.as_ref(), |_, _, _| Ok(Mounted::Fresh(sb))) {
+            self.dc().kill_super(sb);
+            return Err(e);
+        }
         if let Some(b) = fs.inode_budget() {
             self.dc().cap_target(b);
         }
