@@ -51,13 +51,13 @@ std::thread_local! {
     /// Set when `lookup_locked` answered ESTALE because the rename mutex was
     /// busy, so that `Vfs::retry_estale` tells that ESTALE from a
     /// filesystem's own.
-    static RENAME_BUSY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static RENAME_BUSY: std::cell::Cell<Option<Option<u64>>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether this thread's last ESTALE came from a busy rename mutex (and
-/// forgets it).
-pub(crate) fn took_rename_busy() -> bool {
-    RENAME_BUSY.with(|b| b.replace(false))
+/// Whether this thread's last ESTALE came from a busy rename mutex or a
+/// busy name lock (`Some`, with that name's hash), and forgets it.
+pub(crate) fn took_rename_busy() -> Option<Option<u64>> {
+    RENAME_BUSY.with(|b| b.replace(None))
 }
 
 pub const PATH_MAX: usize = 4096;
@@ -422,9 +422,9 @@ impl Dcache {
                 Spliced::Done(d) => return Ok(d),
                 // A directory's dentry must move here from another parent
                 // while a rename runs: let go, wait for it, look again.
-                Spliced::RenameBusy => {
+                Spliced::RenameBusy { wait } => {
                     drop(n);
-                    drop(self.rename_mutex.lock());
+                    self.wait_for_move(wait);
                 }
             }
         }
@@ -465,11 +465,21 @@ impl Dcache {
         }
         match self.lookup_fs(dir, name, renaming)? {
             Spliced::Done(d) => Ok(d),
-            Spliced::RenameBusy => {
-                RENAME_BUSY.with(|b| b.set(true));
+            Spliced::RenameBusy { wait } => {
+                RENAME_BUSY.with(|b| b.set(Some(wait)));
                 fail(libc::ESTALE)
             }
         }
+    }
+
+    /// Waits, holding no lock, for the rename mutex and the name lock
+    /// (hash `wait`) that a lookup found busy when it had to move a
+    /// directory's dentry.
+    pub(crate) fn wait_for_move(&self, wait: Option<u64>) {
+        if let Some(h) = wait {
+            drop(self.names.lock(h));
+        }
+        drop(self.rename_mutex.lock());
     }
 
     /// Asks the filesystem about `name` and caches its answer.

@@ -40,6 +40,40 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Aborts the process if the caller is not done within `secs`: a test
+/// that hangs then fails at once instead of holding CI until its limit.
+/// (The racing test hung in about 1 run in 30, a thread spinning in
+/// `d_lookup`, until a lookup's move of a directory's dentry took the old
+/// name's lock too; see README.)
+struct Watchdog(Arc<std::sync::atomic::AtomicBool>);
+
+impl Watchdog {
+    fn new(what: &'static str, secs: u64) -> Watchdog {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(secs);
+            while Instant::now() < deadline {
+                if d.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            // Past the test harness's capture of `eprintln!`.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{what}: still running after {secs} s: a hang; aborting");
+            std::process::abort();
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn assert_whole(fs: &Etcd) {
     let bad = fs.check().unwrap();
     assert!(bad.is_empty(), "the tree is torn: {bad:#?}");
@@ -177,6 +211,7 @@ fn two_clients_see_each_others_changes() {
 /// and the tree must end whole and the same on both.
 #[test]
 fn racing_clients_end_consistent() {
+    let _watchdog = Watchdog::new("racing_clients_end_consistent", 120);
     let c = LocalCluster::start(1).unwrap();
     let o = options(&c, "race");
     let clients: Vec<_> = (0..2).map(|_| client(&o)).collect();

@@ -135,9 +135,10 @@ pub(crate) enum Spliced<'a> {
     /// The dentry now naming the inode.
     Done(DRef<'a>),
     /// The inode is a directory whose dentry must move here from another
-    /// parent, and another thread holds the rename mutex: the caller lets
-    /// go of its locks, waits for the mutex, and looks again.
-    RenameBusy,
+    /// place, and another thread holds the rename mutex or the name lock of
+    /// that place (`wait`, its name hash): the caller lets go of its locks,
+    /// waits for both, and looks again.
+    RenameBusy { wait: Option<u64> },
 }
 
 /// Live-object counters of one `Vfs`, kept past its end so that tests can

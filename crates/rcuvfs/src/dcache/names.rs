@@ -60,6 +60,19 @@ impl NameLocks {
         NameGuard { locks: self, a, b: None }
     }
 
+    /// Locks the name whose hash is `hash` if no one holds its stripe (out
+    /// of stripe order: it never waits).
+    pub fn try_lock(&self, hash: u64) -> Option<NameGuard<'_>> {
+        let a = Self::stripe(hash);
+        // `then`, not `then_some`: see `Mutex::try_lock`.
+        self.stripes[a].0.try_lock().then(|| NameGuard { locks: self, a, b: None })
+    }
+
+    /// Whether two names share a stripe (one lock covers both).
+    pub fn same_stripe(h1: u64, h2: u64) -> bool {
+        Self::stripe(h1) == Self::stripe(h2)
+    }
+
     /// Locks two names, in stripe order.
     pub fn lock2(&self, h1: u64, h2: u64) -> NameGuard<'_> {
         let (x, y) = (Self::stripe(h1), Self::stripe(h2));
@@ -82,5 +95,20 @@ impl Drop for NameGuard<'_> {
             }
             self.locks.stripes[self.a].0.unlock();
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_try_lock_leaves_the_name_locked() {
+        let n = NameLocks::new();
+        let held = n.lock(7);
+        assert!(n.try_lock(7).is_none());
+        assert!(n.stripes[NameLocks::stripe(7)].0.is_locked(), "a failed try_lock released the holder's lock");
+        drop(held);
+        assert!(n.try_lock(7 + STRIPES as u64).is_some(), "one stripe for both");
     }
 }

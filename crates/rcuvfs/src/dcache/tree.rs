@@ -3,6 +3,7 @@
 use std::ptr;
 
 use super::dentry::{name_hash, same_name, DRef, Dentry, Name, HASHED};
+use super::names::NameLocks;
 use super::{Dcache, Spliced};
 use crate::inode::Inode;
 use crate::sync::atomic::Ordering;
@@ -180,8 +181,22 @@ impl Dcache {
         let inode = unsafe { &*ip };
         if inode.kind == crate::fs::FileType::Dir {
             if let Some(alias) = self.live_alias(inode) {
+                // Moving a dentry needs its name's lock (a rename of its old
+                // name may be in progress, and would move it too). The
+                // caller holds the new name's; the old one is only tried
+                // (name locks of two names come in stripe order), and the
+                // dentry must still be under it once held.
+                let old_hash = self.name_hash_of(&alias);
+                let new_hash = name_hash(dir, name);
+                let old_lock = if NameLocks::same_stripe(old_hash, new_hash) {
+                    Ok(None)
+                } else {
+                    self.names.try_lock(old_hash).map(Some).ok_or(())
+                };
                 let result = if alias.is_root() {
                     crate::error::fail(crate::error::ELOOP)
+                } else if old_lock.is_err() || self.name_hash_of(&alias) != old_hash {
+                    Ok(Spliced::RenameBusy { wait: Some(old_hash) })
                 } else if ptr::eq(alias.parent(), dir) {
                     // Back under the same parent: the shape does not change.
                     self.move_dentry(&alias, dir, name, None, false);
@@ -189,7 +204,7 @@ impl Dcache {
                 } else {
                     let tried = if renaming.is_some() { None } else { self.rename_mutex.try_lock() };
                     if renaming.is_none() && tried.is_none() {
-                        Ok(Spliced::RenameBusy)
+                        Ok(Spliced::RenameBusy { wait: None })
                     } else if self.is_ancestor(&alias, dir) {
                         crate::error::fail(crate::error::ELOOP)
                     } else {
@@ -197,6 +212,7 @@ impl Dcache {
                         Ok(Spliced::Done(alias))
                     }
                 };
+                drop(old_lock);
                 // SAFETY: the caller's reference, not passed on: the alias
                 // holds its own.
                 unsafe { self.iput(ip) };

@@ -185,7 +185,9 @@ impl<T> Mutex<T> {
 
     /// The lock if it is free now.
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
-        self.raw.try_lock().then_some(MutexGuard { mutex: self })
+        // `then`, not `then_some`: a guard made for a failed try would
+        // unlock the holder's lock when dropped.
+        self.raw.try_lock().then(|| MutexGuard { mutex: self })
     }
 
     pub fn into_inner(self) -> T {
@@ -231,5 +233,26 @@ impl<T> Drop for MutexGuard<'_, T> {
     fn drop(&mut self) {
         // SAFETY: a guard exists only while its thread holds the lock.
         unsafe { self.mutex.raw.unlock() }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A failed try leaves the holder's lock held. (It built a guard for
+    /// the failure too, `then_some`, whose drop unlocked it: a lookup that
+    /// tried the rename mutex during a rename released the rename's mutex,
+    /// two moves of one dentry ran at once, and one panicked in its write
+    /// section, leaving lookups of the name spinning for good.)
+    #[test]
+    fn a_failed_try_lock_leaves_the_lock_held() {
+        let m = Mutex::new(());
+        let held = m.lock();
+        assert!(m.try_lock().is_none());
+        assert!(m.raw.is_locked(), "a failed try_lock released the holder's lock");
+        drop(held);
+        assert!(!m.raw.is_locked());
+        assert!(m.try_lock().is_some());
     }
 }
