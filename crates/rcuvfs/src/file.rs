@@ -7,13 +7,12 @@
 //! the cached attributes; writes refresh them.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::sync::Arc;
 
 use crate::error::{fail, Result, EBADF, EINVAL, EISDIR};
 use crate::fs::{FileType, Ino, SetAttr, WritePos};
 use crate::inode::Inode;
 use crate::mount::Mount;
-use crate::vfs::{touch_atime, Metadata, Shared};
+use crate::vfs::{touch_atime, Metadata, SharedRef};
 
 /// How to open a file, as `std::fs::OpenOptions` (plus `mode` and
 /// `nofollow`).
@@ -138,7 +137,7 @@ impl OpenOptions {
 
 /// An open file.
 pub struct File {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     /// Counted: `File::new` is handed a reference, `Drop` returns it.
     inode: *const Inode,
     /// The mount the file was opened in (counted, like `inode`): an open
@@ -154,7 +153,7 @@ pub struct File {
 
 impl File {
     /// The caller passes one reference on `inode` to the file.
-    pub(crate) fn new(shared: Arc<Shared>, mnt: *const Mount, inode: &Inode, opts: &OpenOptions) -> File {
+    pub(crate) fn new(shared: SharedRef, mnt: *const Mount, inode: &Inode, opts: &OpenOptions) -> File {
         File {
             shared,
             inode,

@@ -52,7 +52,7 @@ use crate::fs::{Attr, FileSystem, FileType, Ino, Timespec};
 use crate::sync::index::{Index, InsertError, Probe};
 use crate::sync::list_batch::{InodeList, ListMode, Node};
 use crate::sync::lockref::DEAD;
-use crate::sync::shard::SHARDS;
+use crate::sync::shard::{Padded, SHARDS};
 use crate::sync::{Lockref, Mutex, Rcu, SeqLock};
 
 struct Times {
@@ -582,8 +582,8 @@ impl Super {
 /// inodes one thread creates fall in its own partition.
 pub(crate) const INO_CHUNK: u64 = 1024;
 
-fn new_parts() -> Box<[Index<Inode, true>]> {
-    (0..SHARDS).map(|_| Index::new_sharded()).collect()
+fn new_parts() -> Box<[Padded<Index<Inode, true>>]> {
+    (0..SHARDS).map(|_| Padded(Index::new_sharded())).collect()
 }
 
 /// What an owned table calls as it frees each inode.
@@ -596,7 +596,9 @@ pub(crate) struct InodeTable {
     /// One index per partition ([`InodeTable::part`]): a resize (to drop
     /// the tombstones that create/unlink churn leaves) freezes one
     /// partition, not the table.
-    parts: Box<[Index<Inode, true>]>,
+    /// Each on lines of its own: a resize of one partition stores its
+    /// table pointer, which must not evict the others' from their readers.
+    parts: Box<[Padded<Index<Inode, true>>]>,
     /// The superblock's list of in-core inodes (`s_inodes`), in the mode
     /// chosen at build time (seed 004).
     pub list: InodeList,

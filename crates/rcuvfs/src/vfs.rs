@@ -44,6 +44,7 @@ use crate::modes::{Layout, RefMode};
 use crate::mount::{MntRef, Mount};
 use crate::namei::{check_name, check_path, Last, Parent, RefWalk, Walk};
 use crate::sync::list_batch::ListMode;
+use crate::sync::percpu_ref::PercpuRef;
 use crate::sync::{Mutex, MutexGuard};
 
 /// How many times an update that answered ESTALE (a busy rename mutex or
@@ -60,6 +61,9 @@ pub use dir::{DirEntry, DirEntryPlus, ReadDir, TreeWalk, WalkEntry};
 
 pub(crate) struct Shared {
     pub dc: Dcache,
+    /// Handles ([`Entry`], [`File`]) that keep this state alive, counted
+    /// per thread shard while any [`Vfs`] view is left (see [`Views`]).
+    handles: PercpuRef,
     pub mode: RefMode,
     pub atime: AtimePolicy,
     global: Mutex<()>,
@@ -80,11 +84,77 @@ impl Shared {
     }
 }
 
+/// The base reference that the [`Vfs`] views of one tree hold on its
+/// shared state. Handles count themselves apart, per thread shard
+/// ([`SharedRef`]), so that an open or a lookup handle stores nothing that
+/// another thread's also stores (an `Arc` clone per open was one shared
+/// line for every create in the process). When the last view goes, the
+/// handle count is killed (switched to one counter): the handles left keep
+/// the state alive, and the last of them frees it.
+struct Views(Arc<Shared>);
+
+impl std::ops::Deref for Views {
+    type Target = Arc<Shared>;
+    fn deref(&self) -> &Arc<Shared> {
+        &self.0
+    }
+}
+
+impl Drop for Views {
+    fn drop(&mut self) {
+        if self.0.handles.kill(&self.0.dc.rcu) {
+            // SAFETY: the handles' strong reference, taken in `build`, is
+            // dropped once: here, as none is left, or by the last handle.
+            unsafe { Arc::decrement_strong_count(Arc::as_ptr(&self.0)) };
+        }
+    }
+}
+
+/// A handle's counted reference to a tree's shared state (see [`Views`]).
+pub(crate) struct SharedRef(std::ptr::NonNull<Shared>);
+
+// SAFETY: `Shared` is Send + Sync; the reference may be dropped anywhere.
+unsafe impl Send for SharedRef {}
+// SAFETY: as above.
+unsafe impl Sync for SharedRef {}
+
+impl SharedRef {
+    fn new(shared: &Arc<Shared>) -> SharedRef {
+        shared.handles.get(&shared.dc.rcu);
+        SharedRef(std::ptr::NonNull::from(&**shared))
+    }
+}
+
+impl std::ops::Deref for SharedRef {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        // SAFETY: a counted handle keeps the state alive (see `Views`).
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Clone for SharedRef {
+    fn clone(&self) -> SharedRef {
+        self.handles.get(&self.dc.rcu);
+        SharedRef(self.0)
+    }
+}
+
+impl Drop for SharedRef {
+    fn drop(&mut self) {
+        if self.handles.put(&self.dc.rcu) {
+            // SAFETY: the last handle after the last view: the handles'
+            // strong reference (see `Views`), dropped once.
+            unsafe { Arc::decrement_strong_count(self.0.as_ptr() as *const Shared) };
+        }
+    }
+}
+
 /// A view of a virtual filesystem: shared state, plus this view's
 /// credentials, working directory and umask. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
 pub struct Vfs {
-    shared: Arc<Shared>,
+    shared: Arc<Views>,
     cred: Arc<Cred>,
     cwd: Option<Entry>,
     umask: u32,
@@ -212,11 +282,20 @@ impl VfsBuilder {
                 negative_target: self.negative_dentries.unwrap_or(dcache_target / 4),
             },
         )?;
-        let shared =
-            Shared { dc, mode: self.mode, atime: self.memfs.atime, global: Mutex::new(()), observer: self.observer };
+        let shared = Shared {
+            dc,
+            handles: PercpuRef::new(),
+            mode: self.mode,
+            atime: self.memfs.atime,
+            global: Mutex::new(()),
+            observer: self.observer,
+        };
         let shared = Arc::new(shared);
+        // The handles' strong reference (see `Views`).
+        // SAFETY: `shared` is a live Arc.
+        unsafe { Arc::increment_strong_count(Arc::as_ptr(&shared)) };
         attach(&shared, &fs);
-        Ok(Vfs { shared, cred: Arc::new(Cred::root()), cwd: None, umask: self.umask })
+        Ok(Vfs { shared: Arc::new(Views(shared)), cred: Arc::new(Cred::root()), cwd: None, umask: self.umask })
     }
 }
 
@@ -224,7 +303,7 @@ impl VfsBuilder {
 /// descriptor. It follows its name through renames; after the name is
 /// removed it still refers to the (unlinked) object. Released on drop.
 pub struct Entry {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     /// The mount the name was found in (counted).
     mnt: *const Mount,
     d: *const Dentry,
@@ -238,7 +317,7 @@ unsafe impl Sync for Entry {}
 
 impl Entry {
     fn from_ref(shared: &Arc<Shared>, mnt: MntRef<'_>, d: DRef<'_>) -> Entry {
-        Entry { shared: shared.clone(), mnt: mnt.into_raw(), d: d.into_raw() }
+        Entry { shared: SharedRef::new(shared), mnt: mnt.into_raw(), d: d.into_raw() }
     }
 
     fn mount(&self) -> &Mount {
@@ -298,7 +377,7 @@ impl Entry {
     pub fn forget(self) {}
 
     fn check_same_vfs(&self, shared: &Arc<Shared>) -> Result<()> {
-        if Arc::ptr_eq(&self.shared, shared) {
+        if std::ptr::eq(&*self.shared, &**shared) {
             Ok(())
         } else {
             fail(EXDEV)
@@ -1831,7 +1910,7 @@ impl Vfs {
         }
         inode.hold();
         let mnt = self.dc().mntget(mnt).into_raw();
-        Ok(File::new(self.shared.clone(), mnt, inode, opts))
+        Ok(File::new(SharedRef::new(&self.shared), mnt, inode, opts))
     }
 
     /// Reads a whole file.

@@ -67,7 +67,7 @@ use crate::inode::{Inode, InodeTable, Super};
 use crate::sync::atomic::{prefetch, AtomicPtr, Ordering};
 use crate::sync::index::{Index, Indexed, InsertError, Locked, Probe};
 use crate::sync::list_batch::ListMode;
-use crate::sync::shard::{Counter, Padded, SHARDS};
+use crate::sync::shard::{Budget, Padded, SHARDS};
 use crate::sync::{Rcu, RcuGuard};
 use crate::time::now;
 
@@ -170,15 +170,20 @@ fn key_after(cookie: u64) -> Option<u64> {
     cookie.checked_mul(2).map(|k| k | 1)
 }
 
-/// What memfs counts, shared with its inode table's free hook.
+/// What memfs counts, shared with its inode table's free hook: budgets
+/// that each thread charges on a line of its own (`shard::Budget`), so two
+/// creates or two writes anywhere share no counter.
 struct Usage {
-    /// Inodes alive (linked, looked up or referenced).
-    inodes: Counter,
-    /// The same, exactly, kept only when `max_inodes` is a real limit.
-    limited: Option<std::sync::atomic::AtomicU64>,
-    /// Bytes of data and symlink targets.
-    bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// Inodes alive (linked, looked up or referenced), against `max_inodes`.
+    inodes: Budget,
+    /// Bytes of data and symlink targets, against `max_bytes`.
+    bytes: Budget,
 }
+
+/// Inodes a shard reserves at a time.
+const INODE_CHUNK: u64 = 64;
+/// Bytes a shard reserves at a time (64 pages).
+const BYTE_CHUNK: u64 = 64 * PAGE as u64;
 
 impl Usage {
     fn inode_freed(&self, i: &Inode) {
@@ -190,31 +195,21 @@ impl Usage {
         if let Some(pc) = i.data_if_any() {
             let _ = pc.set_len(0);
         }
-        self.inodes.add(-1);
-        if let Some(l) = &self.limited {
-            l.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.inodes.refund(1);
         let mut bytes = i.link.get().map_or(0, |t| t.len() as u64);
         bytes += i.xattr_bytes_when_freed();
-        if bytes > 0 {
-            self.bytes.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.bytes.refund(bytes);
     }
-}
 
-/// Charges or refunds `bytes` against `limit`.
-fn charge(used: &std::sync::atomic::AtomicU64, limit: u64, bytes: i64) -> Result<()> {
-    use std::sync::atomic::Ordering::Relaxed;
-    if bytes < 0 {
-        used.fetch_sub(bytes.unsigned_abs(), Relaxed);
-        return Ok(());
-    }
-    let mut cur = used.load(Relaxed);
-    loop {
-        let Some(new) = cur.checked_add(bytes as u64).filter(|&v| v <= limit) else { return fail(ENOSPC) };
-        match used.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
-            Ok(_) => return Ok(()),
-            Err(c) => cur = c,
+    /// Charges (or, negative, refunds) `bytes` against `max_bytes`.
+    fn charge(&self, bytes: i64) -> Result<()> {
+        if bytes < 0 {
+            self.bytes.refund(bytes.unsigned_abs());
+            Ok(())
+        } else if self.bytes.charge(bytes as u64) {
+            Ok(())
+        } else {
+            fail(ENOSPC)
         }
     }
 }
@@ -253,13 +248,16 @@ impl Default for MemFs {
 
 impl MemFs {
     pub fn new(opts: MemFsOptions) -> MemFs {
-        let limited = (opts.max_inodes < u64::MAX / 2).then(|| std::sync::atomic::AtomicU64::new(1));
-        let usage = Arc::new(Usage { inodes: Counter::new(64), limited, bytes: Default::default() });
-        usage.inodes.add(1);
+        let usage = Arc::new(Usage {
+            inodes: Budget::new(opts.max_inodes, INODE_CHUNK),
+            bytes: Budget::new(opts.max_bytes, BYTE_CHUNK),
+        });
+        // The root.
+        usage.inodes.force(1);
         let u = usage.clone();
         let table = Arc::new(InodeTable::new_owned(opts.inode_list, Box::new(move |i| u.inode_freed(i))));
-        let (bytes, limit) = (usage.bytes.clone(), opts.max_bytes);
-        let acct: Accounting = Arc::new(move |pages: i64| charge(&bytes, limit, pages * PAGE as i64));
+        let u = usage.clone();
+        let acct: Accounting = Arc::new(move |pages: i64| u.charge(pages * PAGE as i64));
         let t = now();
         let attr = Attr {
             ino: ROOT_INO,
@@ -297,12 +295,12 @@ impl MemFs {
     /// Inodes alive in memfs (linked, looked up or referenced): for leak
     /// checks.
     pub fn live_inodes(&self) -> u64 {
-        self.usage.inodes.exact().max(0) as u64
+        self.usage.inodes.used()
     }
 
     /// Bytes of data stored.
     pub fn used_bytes(&self) -> u64 {
-        self.usage.bytes.load(std::sync::atomic::Ordering::Relaxed)
+        self.usage.bytes.used()
     }
 
     fn rcu(&self) -> &Rcu {
@@ -411,35 +409,15 @@ impl MemFs {
         }
     }
 
-    /// Counts a new inode against the limit.
-    fn reserve_inode(&self) -> Result<()> {
-        use std::sync::atomic::Ordering::Relaxed;
-        if let Some(l) = &self.usage.limited {
-            let mut cur = l.load(Relaxed);
-            loop {
-                if cur >= self.opts.max_inodes {
-                    return fail(ENOSPC);
-                }
-                match l.compare_exchange_weak(cur, cur + 1, Relaxed, Relaxed) {
-                    Ok(_) => break,
-                    Err(c) => cur = c,
-                }
-            }
-        }
-        self.usage.inodes.add(1);
-        Ok(())
-    }
-
     /// A new inode, in the table, with one lookup (the caller's to hand
     /// out) and the link its name will be (two for a directory).
     fn alloc(&self, kind: FileType, perm: u32, rdev: u64, owner: Owner, target: Option<&[u8]>) -> Result<&Inode> {
-        self.reserve_inode()?;
+        if !self.usage.inodes.charge(1) {
+            return fail(ENOSPC);
+        }
         let bytes = target.map_or(0, |t| t.len() as u64);
-        if let Err(e) = charge(&self.usage.bytes, self.opts.max_bytes, bytes as i64) {
-            self.usage.inodes.add(-1);
-            if let Some(l) = &self.usage.limited {
-                l.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            }
+        if let Err(e) = self.usage.charge(bytes as i64) {
+            self.usage.inodes.refund(1);
             return Err(e);
         }
         let t = now();
@@ -603,7 +581,6 @@ impl MemFs {
     fn change_xattr(&self, ino: Ino, name: &[u8], set: Option<(&[u8], XattrSet)>) -> Result<()> {
         let g = self.rcu().read_lock();
         let i = self.get(&g, ino)?;
-        let limit = self.opts.max_bytes;
         i.update_xattrs(
             self.rcu(),
             |cur| {
@@ -623,16 +600,16 @@ impl MemFs {
                     return fail(ENOSPC);
                 }
                 let delta = x.bytes() as i64 - before;
-                charge(&self.usage.bytes, limit, delta)?;
+                self.usage.charge(delta)?;
                 Ok((if x.0.is_empty() { None } else { Some(x) }, delta))
             },
             |&delta| {
                 // Taking back a refund cannot be refused (it must not fail
                 // against a limit others have filled meanwhile).
                 if delta > 0 {
-                    let _ = charge(&self.usage.bytes, limit, -delta);
+                    self.usage.bytes.refund(delta as u64);
                 } else {
-                    self.usage.bytes.fetch_add(delta.unsigned_abs(), std::sync::atomic::Ordering::Relaxed);
+                    self.usage.bytes.force(delta.unsigned_abs());
                 }
             },
         )?;

@@ -137,6 +137,13 @@ const LIVE_ONE: u64 = 1;
 const USED_ONE: u64 = 1 << 31;
 const CLOSED: u64 = 1 << 63;
 
+/// `Header::resizing`: a resize of the table is in progress.
+const RESIZING: u32 = 1;
+/// `Header::resizing`: a thread may be parked until the table is replaced,
+/// so the resizer must wake it (without one, a resize never touches the
+/// parking lot, whose buckets are shared by every thread).
+const WAITERS: u32 = 2;
+
 fn live_of(c: u64) -> usize {
     (c & LIVE_MASK) as usize
 }
@@ -148,7 +155,8 @@ fn used_of(c: u64) -> usize {
 /// A table: this header, then its slots, in one allocation.
 struct Header {
     bits: u32,
-    /// 1 while a resize of this table is in progress.
+    /// `RESIZING` while a resize of this table is in progress, plus
+    /// `WAITERS` once a thread may sleep until it is replaced.
     resizing: AtomicU32,
     /// The counts word; in a sharded table, the part folded from the shards.
     counts: AtomicU64,
@@ -578,7 +586,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             let c = h.counts.load(Ordering::Relaxed);
             let n = if closed { c | CLOSED } else { c & !CLOSED };
             // SeqCst, with the load of `resizing` after it and the resizer's
-            // SeqCst swap of `resizing` before its SeqCst read of the counts
+            // SeqCst RMW of `resizing` before its SeqCst read of the counts
             // (`copy`): of our CAS and its swap, the one first in the total
             // order is seen by the other side's load. So either the resizer
             // copies the flag, or we see it resizing and try again.
@@ -742,7 +750,11 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
                 spins += 1;
                 spin_hint();
             } else {
-                park(t.0 as usize, || ptr::eq(self.table.load(Ordering::Acquire), t.0));
+                // SeqCst, with the resizer's store of the new table and its
+                // load of this bit: either it sees the bit and wakes us, or
+                // our check under the parking lot's lock sees the new table.
+                t.header().resizing.fetch_or(WAITERS, Ordering::SeqCst);
+                park(t.0 as usize, || ptr::eq(self.table.load(Ordering::SeqCst), t.0));
             }
         }
     }
@@ -754,7 +766,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
     fn resize(&self, t: Table, bits: u32, rcu: &Rcu) {
         let h = t.header();
         // SeqCst: see `set_closed`.
-        if h.resizing.swap(1, Ordering::SeqCst) != 0 {
+        if h.resizing.fetch_or(RESIZING, Ordering::SeqCst) & RESIZING != 0 {
             self.wait_replaced(t);
             return;
         }
@@ -768,9 +780,12 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             // An unlucky cluster ran off the end: twice as many homes.
             bits += 1;
         };
-        // Release: publishes the new table's slots and counts.
-        self.table.store(n.0 as *mut Header, Ordering::Release);
-        unpark_all(t.0 as usize);
+        // Release: publishes the new table's slots and counts (SeqCst: see
+        // `wait_replaced`).
+        self.table.store(n.0 as *mut Header, Ordering::SeqCst);
+        if h.resizing.load(Ordering::SeqCst) & WAITERS != 0 {
+            unpark_all(t.0 as usize);
+        }
         // SAFETY: unreachable for readers that start after the store; freed
         // only after a grace period.
         unsafe { retire_table(rcu, t) };

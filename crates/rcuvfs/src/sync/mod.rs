@@ -16,8 +16,10 @@
 //!   `seize` reclamation crate, with a loom-visible stand-in.
 //! - [`index`]: the resizable hash index that RCU readers walk with no lock
 //!   and no store (the dcache's per-directory children, memfs's tables).
-//! - [`shard`]: per-thread shards (per-CPU data's stand-in) and a sharded
-//!   counter (`percpu_counter`).
+//! - [`shard`]: per-thread shards (per-CPU data's stand-in), a sharded
+//!   counter (`percpu_counter`) and a sharded budget (per-CPU reserves).
+//! - [`percpu_ref`]: a reference count taken and dropped per shard until
+//!   its owner kills it (`percpu_ref`).
 
 pub mod atomic;
 pub mod audit;
@@ -25,6 +27,7 @@ pub mod index;
 pub mod list_batch;
 pub mod lockref;
 pub mod mutex;
+pub mod percpu_ref;
 pub mod rcu;
 pub mod seqcount;
 pub mod shard;
