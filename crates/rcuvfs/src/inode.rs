@@ -299,6 +299,14 @@ impl Inode {
         a
     }
 
+    /// The attributes a permission check reads (kind, mode, owner): the
+    /// cached ones, without a directory's size, which memfs counts from its
+    /// index (summing per-shard counts that its writers keep changing).
+    #[inline]
+    pub fn access_attr(&self) -> Attr {
+        self.cached_attr()
+    }
+
     /// [`attr`](Self::attr) for a caller in a read section of the inode's
     /// RCU domain (memfs).
     pub(crate) fn attr_with(&self, g: &crate::sync::RcuGuard<'_>) -> Attr {

@@ -177,7 +177,7 @@ impl Dcache {
             return Ok(()); // root may search any directory
         }
         match dir.inode() {
-            Some(i) if cred.may(&i.attr(), MAY_EXEC) => Ok(()),
+            Some(i) if cred.may(&i.access_attr(), MAY_EXEC) => Ok(()),
             Some(_) => fail(EACCES),
             None => fail(ENOENT),
         }
@@ -237,7 +237,7 @@ impl Dcache {
             if ci.kind != FileType::Dir {
                 return validated(cur, seq, ENOTDIR);
             }
-            if !w.cred.is_root() && !w.cred.may(&ci.attr(), MAY_EXEC) {
+            if !w.cred.is_root() && !w.cred.may(&ci.access_attr(), MAY_EXEC) {
                 return validated(cur, seq, EACCES);
             }
             match c {

@@ -1090,7 +1090,7 @@ impl Vfs {
 
     /// Write and search permission on a directory (`may_create`).
     fn may_create(&self, dir: &Dentry) -> Result<Attr> {
-        let a = dir.inode().expect("positive directory").attr();
+        let a = dir.inode().expect("positive directory").access_attr();
         if !self.cred.may(&a, MAY_WRITE | MAY_EXEC) {
             return fail(EACCES);
         }
@@ -1313,7 +1313,7 @@ impl Vfs {
     pub fn access(&self, entry: &Entry, mask: u32) -> Result<()> {
         entry.check_same_vfs(&self.shared)?;
         // R_OK, W_OK and X_OK are 4, 2 and 1, as MAY_READ, MAY_WRITE, MAY_EXEC.
-        if self.cred.may(&entry.inode().attr(), mask & 7) {
+        if self.cred.may(&entry.inode().access_attr(), mask & 7) {
             Ok(())
         } else {
             fail(EACCES)
@@ -1324,11 +1324,11 @@ impl Vfs {
 
     /// May this view remove the entry `victim` from `dir` (`may_delete`)?
     fn may_delete(&self, dir: &Dentry, victim: &Dentry, want_dir: bool) -> Result<()> {
-        let dir_attr = dir.inode().expect("positive directory").attr();
+        let dir_attr = dir.inode().expect("positive directory").access_attr();
         if !self.cred.may(&dir_attr, MAY_WRITE | MAY_EXEC) {
             return fail(EACCES);
         }
-        let victim_attr = victim.inode().expect("positive").attr();
+        let victim_attr = victim.inode().expect("positive").access_attr();
         if self.cred.sticky_blocks(&dir_attr, &victim_attr) {
             return fail(EPERM);
         }
@@ -1687,7 +1687,7 @@ impl Vfs {
             let moved = [(Some(si), src_dir), (di, flags.exchange && dst_dir)];
             for (i, is_dir) in moved {
                 if let (Some(i), true) = (i, is_dir) {
-                    if !self.cred.may(&i.attr(), MAY_WRITE) {
+                    if !self.cred.may(&i.access_attr(), MAY_WRITE) {
                         return fail(EACCES);
                     }
                 }
@@ -1760,7 +1760,7 @@ impl Vfs {
         if inode.kind != FileType::Dir {
             return fail(ENOTDIR);
         }
-        if !self.cred.may(&inode.attr(), MAY_READ) {
+        if !self.cred.may(&inode.access_attr(), MAY_READ) {
             return fail(EACCES);
         }
         Ok(())
@@ -1772,7 +1772,7 @@ impl Vfs {
     /// may look the names up (search permission, as `fstatat` needs).
     fn readdir_batch_plus(&self, inode: &Inode, offset: u64) -> Result<Vec<(crate::fs::DirEntry, Option<Attr>)>> {
         let mut out = self.readdir_batch_with(inode, |fs| fs.readdir_plus(inode.ino, offset))?;
-        if out.iter().any(|(_, a)| a.is_some()) && !self.cred.may(&inode.attr(), MAY_EXEC) {
+        if out.iter().any(|(_, a)| a.is_some()) && !self.cred.may(&inode.access_attr(), MAY_EXEC) {
             out.iter_mut().for_each(|(_, a)| *a = None);
         }
         Ok(out)

@@ -134,3 +134,101 @@ fn loom_remove_vs_resize() {
         assert_eq!(ix.len(&rcu.read_lock()), 3);
     });
 }
+
+/// An entry with its home set: `home` in the first table (four homes),
+/// and a tag of its own.
+fn entry_at(key: u64, home: u64) -> usize {
+    Box::into_raw(Box::new(E { key, hash: home << 62 | key << 48 | 1 })) as usize
+}
+
+fn insert_entry(ix: &Index<E>, rcu: &Rcu, p: usize) -> Result<(), InsertError> {
+    // SAFETY: entries are leaked for the model's length.
+    let e = unsafe { &*(p as *const E) };
+    loop {
+        let mut l = ix.lock(e.hash, rcu);
+        match l.insert(p as *const E, e.hash) {
+            Err(InsertError::Full) => {
+                drop(l);
+                ix.grow(rcu);
+            }
+            r => return r,
+        }
+    }
+}
+
+fn present_entry(ix: &Index<E>, rcu: &Rcu, p: usize) -> bool {
+    // SAFETY: as above.
+    let e = unsafe { &*(p as *const E) };
+    let g = rcu.read_lock();
+    ix.find(&g, e.hash, |x| if x.key == e.key { Probe::Stop(()) } else { Probe::Skip }).is_some()
+}
+
+/// A remove that vacates its slot (both neighbours empty when it looked)
+/// racing two inserts of the home before it: the second insert passes the
+/// slot while it is being vacated and claims the one after. It must not
+/// end there behind an empty slot (it looks back and moves), or readers
+/// from its home would stop at the empty slot and miss it.
+#[test]
+fn loom_vacate_vs_insert_past_it() {
+    model(|| {
+        let rcu = Arc::new(Rcu::new());
+        let ix = Arc::new(Index::<E>::new());
+        let a = entry_at(1, 1);
+        assert!(insert_entry(&ix, &rcu, a).is_ok());
+        let (y, k) = (entry_at(2, 0), entry_at(3, 0));
+        let remover = {
+            let (ix, rcu) = (ix.clone(), rcu.clone());
+            thread::spawn(move || {
+                // SAFETY: leaked for the model's length.
+                let h = unsafe { (*(a as *const E)).hash };
+                let mut l = ix.lock(h, &rcu);
+                assert!(l.remove(a as *const E, h));
+            })
+        };
+        let inserter = {
+            let (ix, rcu) = (ix.clone(), rcu.clone());
+            thread::spawn(move || {
+                assert!(insert_entry(&ix, &rcu, y).is_ok());
+                assert!(insert_entry(&ix, &rcu, k).is_ok());
+            })
+        };
+        remover.join().unwrap();
+        inserter.join().unwrap();
+        assert!(!present_entry(&ix, &rcu, a));
+        assert!(present_entry(&ix, &rcu, y), "an entry hidden by a vacated slot");
+        assert!(present_entry(&ix, &rcu, k), "an entry hidden by a vacated slot");
+        assert_eq!(ix.len(&rcu.read_lock()), 2);
+    });
+}
+
+/// Closing an index that counts per shard (a removed directory's) racing
+/// an insert: either the close counts the entry (NotEmpty, and the entry
+/// is in) or the insert sees the close (Closed, and nothing is in), never
+/// an entry in a closed index.
+#[test]
+fn loom_close_empty_vs_sharded_insert() {
+    use rcuvfs::sync::index::Close;
+    model(|| {
+        let rcu = Arc::new(Rcu::new());
+        let ix = Arc::new(Index::<E>::new());
+        ix.count_per_shard(&rcu);
+        let k = entry_at(1, 2);
+        let inserter = {
+            let (ix, rcu) = (ix.clone(), rcu.clone());
+            thread::spawn(move || insert_entry(&ix, &rcu, k))
+        };
+        let closed = ix.close_empty(&rcu);
+        let inserted = inserter.join().unwrap();
+        match closed {
+            Close::Closed => {
+                assert_eq!(inserted, Err(InsertError::Closed), "an insert into a closed index");
+                assert!(!present_entry(&ix, &rcu, k));
+            }
+            Close::NotEmpty => {
+                assert_eq!(inserted, Ok(()));
+                assert!(present_entry(&ix, &rcu, k));
+            }
+            Close::AlreadyClosed => unreachable!(),
+        }
+    });
+}

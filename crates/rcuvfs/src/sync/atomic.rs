@@ -121,6 +121,20 @@ pub fn preemption_point() {
     loom::thread::yield_now();
 }
 
+/// Between a `SeqCst` write of one word and a `SeqCst` read of another,
+/// where a protocol relies on the two being ordered (Dekker's pattern: of
+/// two threads that each write, then read what the other wrote, one sees
+/// the other's write). The `SeqCst` accesses order themselves in the real
+/// build (one total order, consistent with program order), so this is
+/// nothing there; loom models `SeqCst` accesses as acquire/release (as its
+/// documentation says) but `SeqCst` fences exactly, so under loom it is a
+/// fence, and the models check the protocols themselves.
+#[inline(always)]
+pub fn sc_fence() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
 /// Wakes every thread parked on `addr`.
 #[inline]
 pub fn unpark_all(addr: usize) {
