@@ -402,6 +402,70 @@ impl Dcache {
         Some(Ok((w, Parent { dir: d, last: Last::Normal(name), trailing: end < path.len() })))
     }
 
+    /// The walk of an update to its last name, in RCU-walk, ending with a
+    /// reference on that name's dentry (positive or negative) and none on
+    /// its directory: the dentry's own reference on its parent pins the
+    /// directory once the caller holds the name's lock and has checked the
+    /// dentry's count (a rename of it takes that lock). So an update of a
+    /// cached name stores nothing on its directory's dentry, and two
+    /// updates of different names in one directory share no line there.
+    ///
+    /// Returns the walk, the directory (not referenced: the caller may use
+    /// its address at once, and anything else only after the check), the
+    /// dentry with the count to check, the name and whether the path ended
+    /// in '/'. `None` when the name is not cached (or is "." or ".."), or
+    /// on any race: the caller walks to the directory and pins it instead.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn walk_name_rcu<'a, 'p>(
+        &'a self,
+        cred: &'a Cred,
+        mnt: &'a Mount,
+        start: &'a Dentry,
+        path: &'p [u8],
+    ) -> Rcu<(RefWalk<'a>, *const Dentry, DRef<'a>, u32, &'p [u8], bool)> {
+        let end = path.iter().rposition(|&b| b != b'/')? + 1;
+        let trimmed = &path[..end];
+        let (dir_path, name) = match trimmed.iter().rposition(|&b| b == b'/') {
+            Some(0) => (&path[..1], &trimmed[1..]),
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => (&trimmed[..0], trimmed),
+        };
+        if name == b"." || name == b".." {
+            return None;
+        }
+        let guard = self.rcu.read_lock();
+        let ms = self.ns.seq.read_begin()?;
+        let sseq = start.seq.read_begin()?;
+        let mut w = Walk::new(cred);
+        let (m, dir, dseq) = match self.walk_rcu(&guard, &mut w, mnt, start, sseq, dir_path, true)? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
+        let di = dir.inode()?;
+        if di.kind != FileType::Dir {
+            return validated(dir, dseq, ENOTDIR);
+        }
+        if !cred.is_root() && !cred.may(&di.access_attr(), MAY_EXEC) {
+            return validated(dir, dseq, EACCES);
+        }
+        let (child, cseq) = self.lookup_rcu(&guard, dir, name)?;
+        if dir.seq.read_retry(dseq) {
+            return None;
+        }
+        let mref = self.mnt_get_rcu_checked(m, ms)?;
+        if !child.lockref().get_not_dead() {
+            return None;
+        }
+        // SAFETY: we just took this reference.
+        let r = unsafe { DRef::adopt(self, child) };
+        if child.seq.read_retry(cseq) {
+            return None; // moved, filled, emptied or killed meanwhile
+        }
+        let mut rw = RefWalk::new(cred, mref);
+        rw.links = w.links;
+        Some(Ok((rw, dir as *const Dentry, r, cseq, name, end < path.len())))
+    }
+
     // ---------------------------------------------------------------- REF
 
     /// Looks `name` up in `dir` and returns a reference to its dentry,

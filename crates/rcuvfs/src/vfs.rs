@@ -635,6 +635,48 @@ fn lock_name<'a>(dc: &'a Dcache, dir: &Dentry, name: &[u8]) -> NameGuard<'a> {
     dc.names.lock(name_hash(dir as *const Dentry, name))
 }
 
+/// How an update holds the directory it works in.
+enum DirPin<'a> {
+    /// By a reference of its own (the walk pinned the directory).
+    Held(DRef<'a>),
+    /// Through the name's dentry, whose reference on its parent keeps the
+    /// directory while the name is locked and the dentry held (see
+    /// `Dcache::walk_name_rcu`): no store on the directory's dentry.
+    ByChild(*const Dentry),
+}
+
+/// An update's last name, found and locked (the state `filename_create`
+/// and `do_unlinkat` reach in Linux): the name's dentry, positive or
+/// negative, with a reference; the name's lock; the directory; the walk.
+/// Fields drop in this order: the dentry, the lock, then the directory.
+struct Named<'a, 'p> {
+    child: DRef<'a>,
+    _lock: NameGuard<'a>,
+    dir: DirPin<'a>,
+    name: &'p [u8],
+    /// The path ended in '/'.
+    trailing: bool,
+    w: RefWalk<'a>,
+}
+
+impl Named<'_, '_> {
+    fn dir(&self) -> &Dentry {
+        match &self.dir {
+            DirPin::Held(d) => d,
+            // SAFETY: `child` is a child of this directory (checked under
+            // the name lock, which keeps it so) and holds a reference on
+            // it; both live as long as `self`.
+            DirPin::ByChild(p) => unsafe { &**p },
+        }
+    }
+}
+
+/// Where an update's walk ends: a name, locked, or ".", ".." or "/".
+enum Begun<'a, 'p> {
+    Named(Named<'a, 'p>),
+    Other(Last<'p>),
+}
+
 impl Vfs {
     /// A `Vfs` over a fresh in-memory filesystem, seen as root, in the
     /// default mode.
@@ -787,6 +829,45 @@ impl Vfs {
 
     /// The parent walk of an update: RCU-walk, pinning only the directory
     /// it ends in (in the modes that walk in RCU), else REF-walk.
+    /// The walk of an update (create, unlink, rmdir, link, open with
+    /// `O_CREAT`) to its last name, locked: in RCU-walk with a reference
+    /// on the name's dentry alone where it is cached (`walk_name_rcu`),
+    /// else to the directory, pinned, then the name's lookup under its
+    /// lock.
+    fn begin_named<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8]) -> Result<Begun<'a, 'p>> {
+        let dc = self.dc();
+        if self.shared.mode.tries_rcu_walk() {
+            let (m, d) = self.start_place(start)?;
+            match dc.walk_name_rcu(&self.cred, m, d, path) {
+                Some(Err(e)) => return Err(e),
+                Some(Ok((w, dir, child, cseq, name, trailing))) => {
+                    let lock = dc.names.lock(name_hash(dir, name));
+                    // Still the dentry the walk found under `dir` (name,
+                    // parent and inode unchanged): then `dir` is pinned.
+                    if !child.seq.read_retry(cseq) {
+                        let dir = DirPin::ByChild(dir);
+                        return Ok(Begun::Named(Named { child, _lock: lock, dir, name, trailing, w }));
+                    }
+                }
+                None => {}
+            }
+        }
+        let (w, p) = self.begin_parent(start, path)?;
+        self.lock_last(w, p)
+    }
+
+    /// Locks the last name of a walk that pinned its directory, and looks
+    /// it up.
+    fn lock_last<'a, 'p>(&'a self, w: RefWalk<'a>, p: Parent<'a, 'p>) -> Result<Begun<'a, 'p>> {
+        let dc = self.dc();
+        let Last::Normal(name) = p.last else {
+            return Ok(Begun::Other(p.last));
+        };
+        let lock = lock_name(dc, &p.dir, name);
+        let child = dc.lookup_locked(&p.dir, name, None)?;
+        Ok(Begun::Named(Named { child, _lock: lock, dir: DirPin::Held(p.dir), name, trailing: p.trailing, w }))
+    }
+
     fn begin_parent<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8]) -> Result<(RefWalk<'a>, Parent<'a, 'p>)> {
         let dc = self.dc();
         if self.shared.mode.tries_rcu_walk() {
@@ -1130,23 +1211,20 @@ impl Vfs {
     ) -> Result<()> {
         check_path(path)?;
         let _g = self.shared.global();
-        let dc = self.dc();
-        let (_w, p) = self.begin_parent(start, path)?;
-        let Last::Normal(name) = p.last else {
+        let Begun::Named(n) = self.begin_named(start, path)? else {
             return fail(EEXIST);
         };
-        let _l = lock_name(dc, &p.dir, name);
-        let existing = dc.lookup_locked(&p.dir, name, None)?;
-        if existing.inode().is_some() {
+        if n.child.inode().is_some() {
             return fail(EEXIST);
         }
-        if p.trailing && kind != FileType::Dir {
+        if n.trailing && kind != FileType::Dir {
             return fail(ENOENT);
         }
-        let dir_attr = self.may_create(&p.dir)?;
+        let dir = n.dir();
+        let dir_attr = self.may_create(dir)?;
         let (owner, perm) = self.new_owner(&dir_attr, kind, perm);
-        let attr = make(p.dir.sb().fs.as_ref(), dir_attr.ino, name, owner, perm)?;
-        self.instantiate(&p.dir, &existing, &attr)
+        let attr = make(dir.sb().fs.as_ref(), dir_attr.ino, n.name, owner, perm)?;
+        self.instantiate(dir, &n.child, &attr)
     }
 
     /// `mkdir` with mode 0o777 less the umask.
@@ -1280,23 +1358,24 @@ impl Vfs {
     }
 
     fn link_to_once(&self, src_mnt: &Mount, src_d: &Dentry, dst_start: Start, dst: &[u8]) -> Result<()> {
-        let dc = self.dc();
-        let (w, p) = self.begin_parent(dst_start, dst)?;
-        if !std::ptr::eq(src_mnt, w.mnt()) {
-            return fail(EXDEV);
-        }
-        let Last::Normal(name) = p.last else {
-            return fail(EEXIST);
+        let n = match self.begin_named(dst_start, dst)? {
+            Begun::Named(n) if std::ptr::eq(src_mnt, n.w.mnt()) => n,
+            Begun::Named(_) => return fail(EXDEV),
+            Begun::Other(_) => {
+                // "." or ".." or "/": the walk's mount decides EXDEV first,
+                // as before.
+                let (w, _) = self.begin_parent(dst_start, dst)?;
+                return fail(if std::ptr::eq(src_mnt, w.mnt()) { EEXIST } else { EXDEV });
+            }
         };
-        let _l = lock_name(dc, &p.dir, name);
-        let existing = dc.lookup_locked(&p.dir, name, None)?;
-        if existing.inode().is_some() {
+        if n.child.inode().is_some() {
             return fail(EEXIST);
         }
-        if p.trailing {
+        if n.trailing {
             return fail(ENOENT);
         }
-        let dir_attr = self.may_create(&p.dir)?;
+        let (name, dir) = (n.name, n.dir());
+        let dir_attr = self.may_create(dir)?;
         let src_inode = src_d.inode().expect("positive");
         if src_inode.kind == FileType::Dir {
             return fail(EPERM);
@@ -1305,7 +1384,7 @@ impl Vfs {
             return fail(ENOENT); // linkat of an unlinked file (not O_TMPFILE)
         }
         let attr = src_inode.fs().link(src_inode.ino, dir_attr.ino, name)?;
-        self.instantiate(&p.dir, &existing, &attr)
+        self.instantiate(dir, &n.child, &attr)
     }
 
     /// `faccessat` on a handle (FUSE's access): `mask` is a sum of
@@ -1357,25 +1436,23 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let (_w, p) = self.begin_parent(start, path)?;
-        let Last::Normal(name) = p.last else {
+        let Begun::Named(n) = self.begin_named(start, path)? else {
             return fail(EISDIR);
         };
-        let dir_inode = p.dir.inode().expect("positive directory");
-        let _l = lock_name(dc, &p.dir, name);
-        let victim = dc.lookup_locked(&p.dir, name, None)?;
+        let (dir, victim) = (n.dir(), &n.child);
+        let dir_inode = dir.inode().expect("positive directory");
         let Some(vi) = victim.inode() else {
             return fail(ENOENT);
         };
-        if p.trailing {
+        if n.trailing {
             return fail(if vi.kind == FileType::Dir { EISDIR } else { ENOTDIR });
         }
-        self.may_delete(&p.dir, &victim, false)?;
+        self.may_delete(dir, victim, false)?;
         let fs = dir_inode.fs();
-        fs.unlink(dir_inode.ino, name)?;
+        fs.unlink(dir_inode.ino, n.name)?;
         vi.refresh(fs);
         dir_inode.refresh(fs);
-        dc.d_delete(&victim);
+        dc.d_delete(victim);
         Ok(())
     }
 
@@ -1397,24 +1474,22 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let dc = self.dc();
-        let (_w, p) = self.begin_parent(start, path)?;
-        let name = match p.last {
-            Last::Normal(name) => name,
-            Last::Dot => return fail(EINVAL),
-            Last::DotDot => return fail(ENOTEMPTY),
-            Last::Root => return fail(EBUSY),
+        // The victim's name is locked: nothing is mounted on it meanwhile
+        // (`mount_on` takes it too). Names created in the victim meanwhile
+        // are the filesystem's to refuse: its rmdir checks emptiness and
+        // marks the directory removed in one step.
+        let n = match self.begin_named(start, path)? {
+            Begun::Named(n) => n,
+            Begun::Other(Last::Dot) => return fail(EINVAL),
+            Begun::Other(Last::DotDot) => return fail(ENOTEMPTY),
+            Begun::Other(_) => return fail(EBUSY),
         };
-        let dir_inode = p.dir.inode().expect("positive directory");
-        // The victim's name: nothing is mounted on it meanwhile (`mount_on`
-        // takes it too). Names created in the victim meanwhile are the
-        // filesystem's to refuse: its rmdir checks emptiness and marks the
-        // directory removed in one step.
-        let _l = lock_name(dc, &p.dir, name);
-        let victim = dc.lookup_locked(&p.dir, name, None)?;
+        let (name, dir, victim) = (n.name, n.dir(), &n.child);
+        let dir_inode = dir.inode().expect("positive directory");
         let Some(vi) = victim.inode() else {
             return fail(ENOENT);
         };
-        self.may_delete(&p.dir, &victim, true)?;
+        self.may_delete(dir, victim, true)?;
         if victim.is_root() || victim.is_mountpoint() {
             return fail(EBUSY);
         }
@@ -1423,8 +1498,8 @@ impl Vfs {
         vi.refresh(fs);
         dir_inode.refresh(fs);
         // Its cached misses go with it (`shrink_dcache_parent`).
-        dc.shrink_tree(&victim);
-        dc.d_delete(&victim);
+        dc.shrink_tree(victim);
+        dc.d_delete(victim);
         Ok(())
     }
 
@@ -1817,9 +1892,7 @@ impl Vfs {
         check_path(path)?;
         let _g = self.shared.global();
         let (w, d, created) = if opts.create_any() {
-            let (mut w, p) = self.begin_parent(start, path)?;
-            let (d, created) = self.open_create(&mut w, p, opts)?;
-            (w, d, created)
+            self.open_create(self.begin_named(start, path)?, opts)?
         } else {
             let (w, d) = self.begin_walk(start, path, !opts.nofollow)?;
             (w, d, false)
@@ -1830,38 +1903,31 @@ impl Vfs {
     /// Finds or creates the file to open (`path_openat`'s walk).
     fn open_walk<'a>(
         &'a self,
-        w: &mut RefWalk<'a>,
+        mut w: RefWalk<'a>,
         start: DRef<'a>,
         path: &[u8],
         opts: &OpenOptions,
-    ) -> Result<(DRef<'a>, bool)> {
+    ) -> Result<(RefWalk<'a>, DRef<'a>, bool)> {
         let dc = self.dc();
         if !opts.create_any() {
-            let d = dc.walk(w, start, path, !opts.nofollow)?;
-            return Ok((d, false));
+            let d = dc.walk(&mut w, start, path, !opts.nofollow)?;
+            return Ok((w, d, false));
         }
-        let p = dc.walk_parent(w, start, path)?;
-        self.open_create(w, p, opts)
+        let p = dc.walk_parent(&mut w, start, path)?;
+        self.open_create(self.lock_last(w, p)?, opts)
     }
 
     /// The last component of an `O_CREAT` open: finds or creates it.
-    fn open_create<'a>(
-        &'a self,
-        w: &mut RefWalk<'a>,
-        p: Parent<'a, '_>,
-        opts: &OpenOptions,
-    ) -> Result<(DRef<'a>, bool)> {
+    /// Returns the walk (its mount), the file and whether it was created.
+    fn open_create<'a>(&'a self, b: Begun<'a, '_>, opts: &OpenOptions) -> Result<(RefWalk<'a>, DRef<'a>, bool)> {
         let dc = self.dc();
-        let Last::Normal(name) = p.last else {
+        let Begun::Named(n) = b else {
             return fail(EISDIR);
         };
-        if p.trailing {
+        if n.trailing {
             return fail(EISDIR);
         }
-        let dir_inode = p.dir.inode().expect("positive directory");
-        let l = lock_name(dc, &p.dir, name);
-        let existing = dc.lookup_locked(&p.dir, name, None)?;
-        if let Some(ei) = existing.inode() {
+        if let Some(ei) = n.child.inode() {
             if opts.create_new {
                 return fail(EEXIST);
             }
@@ -1869,18 +1935,37 @@ impl Vfs {
                 if opts.nofollow {
                     return fail(ELOOP);
                 }
-                let target = dc.link_target(w, &existing)?;
-                drop(l);
-                return self.open_walk(w, p.dir, &target, opts);
+                let Named { child, _lock, dir, mut w, .. } = n;
+                let target = dc.link_target(&mut w, &child)?;
+                // The walk goes on from the directory: a reference of its
+                // own now (the link's keeps it until then).
+                let dir = match dir {
+                    DirPin::Held(d) => d,
+                    DirPin::ByChild(p) => {
+                        // SAFETY: pinned by `child` under the name lock,
+                        // both still held.
+                        let d = unsafe { &*p };
+                        d.lockref().get();
+                        // SAFETY: the reference just taken.
+                        unsafe { DRef::adopt(dc, d) }
+                    }
+                };
+                drop(child);
+                drop(_lock);
+                return self.open_walk(w, dir, &target, opts);
             }
-            return Ok((existing, false));
+            let Named { child, w, .. } = n;
+            return Ok((w, child, false));
         }
-        let dir_attr = self.may_create(&p.dir)?;
+        let dir = n.dir();
+        let dir_inode = dir.inode().expect("positive directory");
+        let dir_attr = self.may_create(dir)?;
         let perm = opts.mode & 0o7777 & !self.umask;
         let (owner, perm) = self.new_owner(&dir_attr, FileType::File, perm);
-        let attr = dir_inode.fs().create(dir_attr.ino, name, perm, owner)?;
-        self.instantiate(&p.dir, &existing, &attr)?;
-        Ok((existing, true))
+        let attr = dir_inode.fs().create(dir_attr.ino, n.name, perm, owner)?;
+        self.instantiate(dir, &n.child, &attr)?;
+        let Named { child, w, .. } = n;
+        Ok((w, child, true))
     }
 
     fn finish_open(&self, mnt: &Mount, inode: &Inode, opts: &OpenOptions, created: bool) -> Result<File> {

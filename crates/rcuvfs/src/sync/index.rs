@@ -209,7 +209,16 @@ fn used_of(c: u64) -> usize {
 /// write different lines.
 const CHURN_BITS: u32 = 6;
 
-/// A table: this header, then its slots, in one allocation.
+/// Homes a table with per-shard counts has at least: a table that two
+/// writers used at once spreads its slots over 36 lines, so that writers of
+/// different keys (their home locks, claims and tombstones) seldom write
+/// one line.
+const CONTENDED_BITS: u32 = 8;
+
+/// A table: this header, then its slots, in one allocation. The header has
+/// a line of its own: the first slots' writers must not evict it from
+/// every reader and writer of the table.
+#[repr(C, align(64))]
 struct Header {
     bits: u32,
     /// `RESIZING` while a resize of this table is in progress, plus
@@ -754,7 +763,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             if let Some(t) = self.current() {
                 return t;
             }
-            let n = Table::alloc(MIN_BITS, 0, SHARDED);
+            let n = Table::alloc(if SHARDED { CONTENDED_BITS } else { MIN_BITS }, 0, SHARDED);
             // Release: publishes the initialized table.
             match self.table.compare_exchange(ptr::null_mut(), n.0 as *mut Header, Ordering::AcqRel, Ordering::Acquire)
             {
@@ -865,8 +874,9 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             }
         }
         let live = t.totals().0;
-        if live * 8 < t.capacity() {
-            self.resize(t, bits_for(live.max(1)).max(CHURN_BITS), rcu);
+        let floor = if t.shards().is_some() { CONTENDED_BITS } else { CHURN_BITS };
+        if live * 8 < t.capacity() && t.header().bits > floor {
+            self.resize(t, bits_for(live.max(1)).max(floor), rcu);
         }
     }
 
@@ -880,7 +890,10 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         let _g = rcu.read_lock();
         let t = self.table_or_new();
         let (live, used) = t.totals();
-        if (used + 1) * 4 > t.capacity() * 3 || t.header().resizing.load(Ordering::Relaxed) != 0 {
+        if t.shards().is_some() && t.header().bits < CONTENDED_BITS {
+            // Contended since its last resize: spread it (see `resize`).
+            self.resize(t, bits_for(live + 1).max(CONTENDED_BITS), rcu);
+        } else if (used + 1) * 4 > t.capacity() * 3 || t.header().resizing.load(Ordering::Relaxed) != 0 {
             let bits = t.header().bits;
             let want = bits_for(live + 1);
             let churn = if bits < CHURN_BITS { bits + 1 } else { bits };
@@ -925,7 +938,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         sc_fence();
         debug_assert!(ptr::eq(self.table.load(Ordering::Acquire), t.0), "a retired table is never resized");
         freeze(t);
-        let mut bits = bits.max(MIN_BITS);
+        let mut bits = bits.max(if t.shards().is_some() { CONTENDED_BITS } else { MIN_BITS });
         let n = loop {
             if let Some(n) = copy::<T>(t, bits) {
                 break n;
@@ -1230,7 +1243,13 @@ impl<T: Indexed> Locked<'_, T> {
                 Ok(_) => break,
                 // Another writer changed the word between our load and our
                 // CAS: two writers at once. Count per shard from now on.
-                Err(_) => return self.insert_sharded(table.shards_or_new(), home, w),
+                Err(_) => {
+                    let sh = table.shards_or_new();
+                    if h.bits < CONTENDED_BITS {
+                        return Err(InsertError::Full); // the caller grows it: spread
+                    }
+                    return self.insert_sharded(sh, home, w);
+                }
             }
         }
         match self.claim(home, w) {
