@@ -5,10 +5,33 @@
 //! is a store to the calling thread's own reservation slot (and, where the
 //! kernel offers `membarrier`, no fence at all), so a reader writes nothing
 //! that another reader touches: the property the default mode needs.
-//! Retired objects go into per-thread batches; a batch is freed once every
-//! thread that was inside a read section when it was retired has left it.
-//! That is exactly a grace period, whether or not the reader ever loaded the
-//! retired pointer.
+//! A batch handed to seize is released once every thread that was inside a
+//! read section when it was retired has left it. That is exactly a grace
+//! period, whether or not the reader ever loaded the retired pointer.
+//!
+//! # Per-thread callback lists (written here: the product)
+//!
+//! As Linux's per-CPU callback lists, retired objects are freed by the
+//! thread that retired them, not by whichever thread happens to end their
+//! grace period (seize's own rule). A thread's objects gather in its list
+//! ([`LOCAL_BATCH`] of them), go to seize as one entry, and when their grace
+//! period ends seize's reclaimer only pushes that entry back onto the
+//! retiring thread's `returned` stack (one CAS); the thread frees them the
+//! next time it hands a batch over. Freed on another thread, every object
+//! was a cross-thread free: the allocator's remote-free path, and the
+//! object's lines moving to that thread and back when it is reused (a tenth
+//! of a two-thread create/unlink loop). A batch can also go *direct*: freed
+//! at the end of its grace period by whoever ends it ([`Rcu::expedite`],
+//! for memory that must go back promptly).
+//!
+//! | state                | who touches it                                         |
+//! |----------------------|--------------------------------------------------------|
+//! | `Local::pending`     | its thread alone (seize's thread id, unique among live threads) |
+//! | `Local::returned`    | any reclaimer pushes (Release CAS); its thread takes all (Acquire swap) |
+//! | `Local::in_flight`   | its thread alone                                       |
+//!
+//! A thread id outlives its thread: a later thread that gets the id takes
+//! over its lists. Objects still listed when the `Rcu` drops are freed then.
 //!
 //! `synchronize` is built on top: it retires a sentinel whose callback sets a
 //! flag, and pads the batch so that it is pushed out (a seize batch needs at
@@ -41,19 +64,203 @@ use loom::sync::Mutex as DeferMutex;
 #[cfg(all(not(loom), feature = "tsan"))]
 use std::sync::Mutex as DeferMutex;
 
-/// Retired objects per thread before a reclamation attempt. Each attempt
-/// costs a `membarrier` (an interrupt on every core running the process),
-/// and an update retires two to four objects, so seize's default of 32
-/// spent a fifth of a two-thread create/unlink loop in those interrupts;
-/// 512 amortizes it for a few tens of KiB per thread held a little longer.
+/// Objects a thread retires before it hands them to seize as one entry.
 #[cfg(not(any(loom, feature = "tsan")))]
-const BATCH: usize = 2048;
+const LOCAL_BATCH: usize = 512;
+
+/// seize entries per thread before a reclamation attempt. Each attempt
+/// costs a `membarrier` (an interrupt on every core running the process,
+/// about 17 us here under a hypervisor), and an update retires two to four
+/// objects: one attempt per 4 x 512 objects. (seize's default, 32 objects,
+/// spent a fifth of a two-thread create/unlink loop in those interrupts.)
+#[cfg(not(any(loom, feature = "tsan")))]
+const SEIZE_BATCH: usize = 4;
+
+/// An object to free after a grace period, and how.
+#[cfg(not(any(loom, feature = "tsan")))]
+struct Deferred {
+    ptr: *mut (),
+    free: unsafe fn(*mut ()),
+}
+
+/// One thread's retired objects, handed to seize as one entry.
+#[cfg(not(any(loom, feature = "tsan")))]
+struct Batch {
+    items: Vec<Deferred>,
+    /// The `returned` stack's link.
+    next: *mut Batch,
+    /// The list of the thread that retired them.
+    home: *const Local,
+    /// Freed by whoever ends the grace period, not sent home.
+    direct: bool,
+}
+
+/// One thread's callback lists (module doc).
+#[cfg(not(any(loom, feature = "tsan")))]
+#[derive(Default)]
+struct Local {
+    pending: core::cell::UnsafeCell<Vec<Deferred>>,
+    returned: std::sync::atomic::AtomicPtr<Batch>,
+    /// Batches handed to seize and not yet freed here.
+    in_flight: core::cell::Cell<usize>,
+}
+
+// SAFETY: `pending` and `in_flight` are touched only by the thread whose
+// seize id indexes this list (or by the `Rcu`'s drop, when no thread is
+// left); `returned` is atomic. The deferred pointers are objects retired
+// to be freed on any thread (`retire_box` needs `T: Send`).
+#[cfg(not(any(loom, feature = "tsan")))]
+unsafe impl Sync for Local {}
+// SAFETY: as above.
+#[cfg(not(any(loom, feature = "tsan")))]
+unsafe impl Send for Local {}
+
+/// Every thread's `Local`, by seize's thread id: bucket `b` holds ids
+/// `2^b - 1 .. 2^(b+1) - 1`, allocated at the first use of one of them.
+#[cfg(not(any(loom, feature = "tsan")))]
+struct Locals {
+    buckets: [std::sync::atomic::AtomicPtr<super::shard::Padded<Local>>; usize::BITS as usize],
+}
+
+#[cfg(not(any(loom, feature = "tsan")))]
+impl Locals {
+    fn new() -> Locals {
+        Locals { buckets: std::array::from_fn(|_| Default::default()) }
+    }
+
+    fn bucket_of(id: usize) -> (usize, usize) {
+        let b = (usize::BITS - 1 - (id + 1).leading_zeros()) as usize;
+        (b, id + 1 - (1 << b))
+    }
+
+    /// The list of thread `id`, made if it has none.
+    fn get(&self, id: usize) -> &Local {
+        use std::sync::atomic::Ordering;
+        let (b, i) = Self::bucket_of(id);
+        let mut p = self.buckets[b].load(Ordering::Acquire);
+        if p.is_null() {
+            let n: Box<[super::shard::Padded<Local>]> = (0..1usize << b).map(|_| Default::default()).collect();
+            let n = Box::into_raw(n) as *mut super::shard::Padded<Local>;
+            // AcqRel: publishes the initialized bucket, or reads the
+            // winner's.
+            match self.buckets[b].compare_exchange(std::ptr::null_mut(), n, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => p = n,
+                Err(cur) => {
+                    // SAFETY: never published; made just above with this length.
+                    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(n, 1 << b)) });
+                    p = cur;
+                }
+            }
+        }
+        // SAFETY: a bucket of 2^b lists lives as long as `self`.
+        unsafe { &(*p.add(i)).0 }
+    }
+
+    /// Every list made so far (teardown).
+    fn for_each(&mut self, mut f: impl FnMut(&Local)) {
+        use std::sync::atomic::Ordering;
+        for (b, bucket) in self.buckets.iter().enumerate() {
+            let p = bucket.load(Ordering::Acquire);
+            if p.is_null() {
+                continue;
+            }
+            for i in 0..1usize << b {
+                // SAFETY: as in `get`.
+                f(unsafe { &(*p.add(i)).0 });
+            }
+        }
+    }
+}
+
+#[cfg(not(any(loom, feature = "tsan")))]
+impl Drop for Locals {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        for (b, bucket) in self.buckets.iter().enumerate() {
+            let p = bucket.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: made in `get` with this length; nothing uses it now.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, 1 << b)) });
+            }
+        }
+    }
+}
+
+#[cfg(not(any(loom, feature = "tsan")))]
+impl Batch {
+    /// Frees every object.
+    ///
+    /// # Safety
+    /// Their grace period has ended, and nothing else frees them.
+    unsafe fn free_items(items: Vec<Deferred>) {
+        for d in items {
+            // SAFETY: the caller's contract; each `free` matches its `ptr`.
+            unsafe { (d.free)(d.ptr) };
+        }
+    }
+}
+
+/// seize's reclaimer of a [`Batch`]: the grace period of its objects has
+/// ended. A direct batch is freed here; any other goes home.
+#[cfg(not(any(loom, feature = "tsan")))]
+unsafe fn batch_done(b: *mut Batch, _: &Collector) {
+    // SAFETY: seize calls this once per retired batch, after its grace
+    // period; the batch came from `Box::into_raw` in `Rcu::hand`.
+    unsafe {
+        if (*b).direct {
+            let b = Box::from_raw(b);
+            Batch::free_items(b.items);
+            return;
+        }
+        // The home list lives as long as the `Rcu`, whose collector (and so
+        // this call) it outlives.
+        let home = &*(*b).home;
+        let mut head = home.returned.load(std::sync::atomic::Ordering::Relaxed);
+        loop {
+            (*b).next = head;
+            // Release: the home thread's Acquire swap sees the batch, and
+            // (through seize's own ordering before this call) that no reader
+            // holds its objects any more.
+            match home.returned.compare_exchange_weak(
+                head,
+                b,
+                std::sync::atomic::Ordering::Release,
+                std::sync::atomic::Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+}
+
+/// Frees a retired `Box<T>`.
+#[cfg(not(any(loom, feature = "tsan")))]
+unsafe fn free_box<T>(p: *mut ()) {
+    // SAFETY: `retire_box`'s contract: a Box pointer, retired once.
+    drop(unsafe { Box::from_raw(p as *mut T) });
+}
+
+/// Runs a `call_rcu` callback.
+#[cfg(not(any(loom, feature = "tsan")))]
+unsafe fn run_callback(p: *mut ()) {
+    // SAFETY: `call_rcu` made it with `Box::into_raw`; run once.
+    let cb = unsafe { Box::from_raw(p as *mut Callback) };
+    cb();
+}
 
 /// One RCU domain. rcuvfs has one per `Vfs`, so that tests in parallel do
 /// not wait on each other's readers and teardown frees everything at once.
 pub struct Rcu {
+    /// Dropped first, in `drop` (its last reclaimers push to `locals`).
     #[cfg(not(any(loom, feature = "tsan")))]
-    collector: Collector,
+    collector: core::mem::ManuallyDrop<Collector>,
+    #[cfg(not(any(loom, feature = "tsan")))]
+    locals: Locals,
+    /// Set as the `Rcu` drops: no reader is left, so an object retired
+    /// from a destructor run then is freed at once.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    dropping: std::sync::atomic::AtomicBool,
     #[cfg(any(loom, feature = "tsan"))]
     deferred: DeferMutex<Vec<Callback>>,
     #[cfg(loom)]
@@ -110,7 +317,11 @@ impl Rcu {
     pub fn new() -> Self {
         Self {
             #[cfg(not(any(loom, feature = "tsan")))]
-            collector: Collector::new().batch_size(BATCH),
+            collector: core::mem::ManuallyDrop::new(Collector::new().batch_size(SEIZE_BATCH)),
+            #[cfg(not(any(loom, feature = "tsan")))]
+            locals: Locals::new(),
+            #[cfg(not(any(loom, feature = "tsan")))]
+            dropping: std::sync::atomic::AtomicBool::new(false),
             #[cfg(any(loom, feature = "tsan"))]
             deferred: DeferMutex::new(Vec::new()),
             #[cfg(loom)]
@@ -188,17 +399,7 @@ impl Rcu {
     pub fn call_rcu(&self, f: impl FnOnce() + Send + 'static) {
         let cb: *mut Callback = Box::into_raw(Box::new(Box::new(f)));
         #[cfg(not(any(loom, feature = "tsan")))]
-        {
-            unsafe fn run(cb: *mut Callback, _: &Collector) {
-                // SAFETY: `cb` came from `Box::into_raw` in `call_rcu` and
-                // seize calls each reclaimer exactly once.
-                let cb = unsafe { Box::from_raw(cb) };
-                cb();
-            }
-            // SAFETY: `cb` is a fresh allocation no other thread can reach,
-            // and `run` is its matching reclaimer.
-            unsafe { self.collector.retire(cb, run) };
-        }
+        self.defer(Deferred { ptr: cb as *mut (), free: run_callback });
         #[cfg(any(loom, feature = "tsan"))]
         {
             // SAFETY: `cb` came from `Box::into_raw` just above.
@@ -213,12 +414,9 @@ impl Rcu {
     /// `ptr` came from `Box::into_raw`, is retired once, and is no longer
     /// reachable by readers that enter after this call.
     pub unsafe fn retire_box<T: Send + 'static>(&self, ptr: *mut T) {
-        // Straight into the batch: no closure to allocate.
+        // Straight into the list: no closure to allocate.
         #[cfg(not(any(loom, feature = "tsan")))]
-        // SAFETY: the caller's contract; `boxed` is the matching reclaimer.
-        unsafe {
-            self.collector.retire(ptr, seize::reclaim::boxed::<T>)
-        };
+        self.defer(Deferred { ptr: ptr as *mut (), free: free_box::<T> });
         #[cfg(any(loom, feature = "tsan"))]
         {
             struct SendPtr<T>(*mut T);
@@ -234,20 +432,100 @@ impl Rcu {
         }
     }
 
-    /// Pushes this thread's batch of retired objects out now instead of
-    /// when it fills: each is freed as soon as its grace period ends (at
-    /// once if no reader is inside), by whichever thread ends it. Does not
+    /// This thread's list, with seize's guard for it.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    fn local(&self) -> (seize::LocalGuard<'_>, &Local) {
+        let g = self.collector.enter();
+        let l = self.locals.get(g.thread_id());
+        (g, l)
+    }
+
+    /// Lists an object to free after a grace period.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    fn defer(&self, d: Deferred) {
+        if self.dropping.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: no reader is left (see `dropping`).
+            unsafe { (d.free)(d.ptr) };
+            return;
+        }
+        let (_g, l) = self.local();
+        // SAFETY: only this thread uses its `pending` (module doc), and no
+        // other reference to it is live: `hand` and `drain` take it whole
+        // before they run anything.
+        let full = unsafe {
+            let pending = &mut *l.pending.get();
+            pending.push(d);
+            pending.len() >= LOCAL_BATCH
+        };
+        if full {
+            self.hand(l, false);
+            self.drain(l);
+        }
+    }
+
+    /// Hands this thread's pending objects to seize as one entry.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    fn hand(&self, l: &Local, direct: bool) {
+        // SAFETY: this thread's list (module doc); taken whole.
+        let items = unsafe { core::mem::replace(&mut *l.pending.get(), Vec::with_capacity(LOCAL_BATCH)) };
+        if items.is_empty() {
+            return;
+        }
+        if !direct {
+            l.in_flight.set(l.in_flight.get() + 1);
+        }
+        let b = Box::into_raw(Box::new(Batch { items, next: std::ptr::null_mut(), home: l, direct }));
+        // SAFETY: a fresh allocation no other thread can reach, and
+        // `batch_done` is its matching reclaimer.
+        unsafe { self.collector.retire(b, batch_done) };
+    }
+
+    /// Frees the objects whose grace period has ended and that came back
+    /// to this thread's list.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    fn drain(&self, l: &Local) {
+        // Relaxed first: nothing to take is the common case, and costs no
+        // store.
+        if l.returned.load(std::sync::atomic::Ordering::Relaxed).is_null() {
+            return;
+        }
+        // Acquire: pairs with `batch_done`'s Release push.
+        let mut b = l.returned.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::Acquire);
+        while !b.is_null() {
+            // SAFETY: a batch pushed home by `batch_done`, now ours alone.
+            let batch = unsafe { Box::from_raw(b) };
+            b = batch.next;
+            l.in_flight.set(l.in_flight.get() - 1);
+            // SAFETY: their grace period ended before the push.
+            unsafe { Batch::free_items(batch.items) };
+        }
+    }
+
+    /// Pushes this thread's retired objects out now instead of when its
+    /// list fills: each is freed as soon as its grace period ends (at once
+    /// if no reader is inside), by whichever thread ends it. Does not
     /// wait. For retirements that free much memory (a deleted file's data).
     pub fn expedite(&self) {
         #[cfg(not(any(loom, feature = "tsan")))]
         {
-            // Padding: one no-op entry per possible active thread, so the
-            // batch is full enough to be pushed to every reservation.
+            let (g, l) = self.local();
+            self.hand(l, true);
+            // Padding: one no-op entry per possible active thread, so that
+            // seize's batch is full enough to be pushed to every
+            // reservation.
             let pad = std::thread::available_parallelism().map_or(8, |n| n.get()).max(64);
             for _ in 0..pad {
-                self.call_rcu(|| {});
+                let b = Box::into_raw(Box::new(Batch {
+                    items: Vec::new(),
+                    next: std::ptr::null_mut(),
+                    home: l,
+                    direct: true,
+                }));
+                // SAFETY: as in `hand`.
+                unsafe { self.collector.retire(b, batch_done) };
             }
-            self.collector.enter().flush();
+            g.flush();
+            self.drain(l);
         }
     }
 
@@ -274,19 +552,48 @@ impl Rcu {
             use std::sync::Arc;
             let done = Arc::new(AtomicBool::new(false));
             let flag = done.clone();
-            // Release/Acquire: the callback runs after the reclamation of
-            // everything queued before it on this thread's batch.
+            // Release/Acquire: the callback runs after its grace period.
             self.call_rcu(move || flag.store(true, Ordering::Release));
             let mut backoff = 1u64;
-            while !done.load(Ordering::Acquire) {
+            loop {
                 self.expedite();
-                if done.load(Ordering::Acquire) {
+                let (_g, l) = self.local();
+                self.drain(l);
+                // Every batch this thread handed over earlier is back and
+                // freed, and the flag's (direct) batch has run.
+                if done.load(Ordering::Acquire) && l.in_flight.get() == 0 {
                     break;
                 }
+                drop(_g);
                 std::thread::sleep(std::time::Duration::from_micros(backoff));
                 backoff = (backoff * 2).min(1000);
             }
         }
+    }
+}
+
+#[cfg(not(any(loom, feature = "tsan")))]
+impl Drop for Rcu {
+    fn drop(&mut self) {
+        self.dropping.store(true, std::sync::atomic::Ordering::Relaxed);
+        // seize first: it frees the entries no grace period released yet
+        // (none is in a read section now), whose reclaimers push home.
+        // SAFETY: dropped once, here; nothing uses it after.
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.collector) };
+        self.locals.for_each(|l| {
+            // SAFETY: no thread uses the `Rcu` any more: every list is ours.
+            let pending = unsafe { core::mem::take(&mut *l.pending.get()) };
+            // SAFETY: no reader is left, so every grace period has ended.
+            unsafe { Batch::free_items(pending) };
+            let mut b = l.returned.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::Acquire);
+            while !b.is_null() {
+                // SAFETY: as in `drain`.
+                let batch = unsafe { Box::from_raw(b) };
+                b = batch.next;
+                // SAFETY: as in `drain`.
+                unsafe { Batch::free_items(batch.items) };
+            }
+        });
     }
 }
 
