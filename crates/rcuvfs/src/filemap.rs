@@ -269,11 +269,93 @@ impl Index {
     fn new(n: usize) -> Box<Index> {
         Box::new(Index { slots: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect() })
     }
+
+    /// The index of a new cache: outside loom one, shared by every cache
+    /// without pages yet and never freed, so that an empty file costs no
+    /// allocation (and no retirement when its first write replaces it).
+    /// Under loom, where atomics cannot outlive one execution, its own.
+    fn initial() -> *mut Index {
+        #[cfg(not(loom))]
+        {
+            static EMPTY: OnceLock<usize> = OnceLock::new();
+            *EMPTY.get_or_init(|| Box::into_raw(Index::new(0)) as usize) as *mut Index
+        }
+        #[cfg(loom)]
+        Box::into_raw(Index::new(0))
+    }
+
+    /// Whether `p` is the shared initial index (not to be retired).
+    fn is_shared(p: *mut Index) -> bool {
+        #[cfg(not(loom))]
+        return p == Index::initial();
+        #[cfg(loom)]
+        {
+            let _ = p;
+            false
+        }
+    }
 }
 
 /// Charges (positive) or refunds (negative) pages against a filesystem's
 /// space limit; `Err` (ENOSPC) refuses a charge.
-pub type Accounting = std::sync::Arc<dyn Fn(i64) -> Result<()> + Send + Sync>;
+///
+/// A handle on the filesystem's charging function: the filesystem holds
+/// the first ([`Accounting::new`]), and each page cache its own
+/// ([`Accounting::handle`]), counted per thread shard (`PercpuRef`): an
+/// `Arc` clone per new cache was one line that every thread writing a new
+/// file stored to. The function goes with the last handle, after the
+/// filesystem's.
+pub struct Accounting {
+    inner: std::ptr::NonNull<AcctInner>,
+    /// The filesystem's handle: its drop kills the count.
+    owner: bool,
+}
+
+struct AcctInner {
+    refs: crate::sync::percpu_ref::PercpuRef,
+    charge: Box<dyn Fn(i64) -> Result<()> + Send + Sync>,
+}
+
+// SAFETY: the function is Send + Sync; the count is a per-shard reference
+// count that any thread may take and drop.
+unsafe impl Send for Accounting {}
+// SAFETY: as above.
+unsafe impl Sync for Accounting {}
+
+impl Accounting {
+    /// The filesystem's handle on `charge`.
+    pub fn new(charge: impl Fn(i64) -> Result<()> + Send + Sync + 'static) -> Accounting {
+        let inner = Box::new(AcctInner { refs: crate::sync::percpu_ref::PercpuRef::new(), charge: Box::new(charge) });
+        Accounting { inner: std::ptr::NonNull::from(Box::leak(inner)), owner: true }
+    }
+
+    fn inner(&self) -> &AcctInner {
+        // SAFETY: a handle keeps it alive (see `Drop`).
+        unsafe { self.inner.as_ref() }
+    }
+
+    /// Another handle, for a page cache.
+    pub fn handle(&self) -> Accounting {
+        self.inner().refs.get(rcu());
+        Accounting { inner: self.inner, owner: false }
+    }
+
+    /// Charges `pages` (or refunds, negative).
+    pub fn charge(&self, pages: i64) -> Result<()> {
+        (self.inner().charge)(pages)
+    }
+}
+
+impl Drop for Accounting {
+    fn drop(&mut self) {
+        let refs = &self.inner().refs;
+        let last = if self.owner { refs.kill(rcu()) } else { refs.put(rcu()) };
+        if last {
+            // SAFETY: the last handle (the count says so): made by `new`.
+            drop(unsafe { Box::from_raw(self.inner.as_ptr()) });
+        }
+    }
+}
 
 /// One file's data. What every read loads (`mode`, `size`, `index`) sits
 /// on its own cache line, apart from the locks and counters writers
@@ -312,7 +394,7 @@ impl PageCache {
             mode,
             acct,
             size: AtomicU64::new(0),
-            index: AtomicPtr::new(Box::into_raw(Index::new(0))),
+            index: AtomicPtr::new(Index::initial()),
             w: WriterSide { writer: Mutex::new(()), mode_lock: std::sync::RwLock::new(()), pages: AtomicU64::new(0) },
         }
     }
@@ -498,10 +580,13 @@ impl PageCache {
         let new = Box::into_raw(new);
         // Release: the copied slots are visible to readers of the new index.
         let old = self.index.swap(new, Ordering::Release);
-        // SAFETY: unreachable from the cache now; readers that loaded it
-        // are waited out. Its pages are shared with the new index, not
-        // freed with it (dropping an Index frees only the slot array).
-        unsafe { rcu().retire_box(old) };
+        if !Index::is_shared(old) {
+            // SAFETY: unreachable from the cache now; readers that loaded
+            // it are waited out. Its pages are shared with the new index,
+            // not freed with it (dropping an Index frees only the slot
+            // array).
+            unsafe { rcu().retire_box(old) };
+        }
         // SAFETY: just published, and only writers retire indexes.
         unsafe { &*new }
     }
@@ -550,7 +635,7 @@ impl PageCache {
 
     fn charge(&self, pages: i64) -> Result<()> {
         match &self.acct {
-            Some(a) if pages != 0 => a(pages),
+            Some(a) if pages != 0 => a.charge(pages),
             _ => Ok(()),
         }
     }
@@ -566,7 +651,9 @@ impl Drop for PageCache {
         unsafe {
             let pages = (*index).slots.iter().map(|s| s.load(Ordering::Relaxed)).filter(|p| !p.is_null()).collect();
             retire_pages(pages);
-            rcu().retire_box(index);
+            if !Index::is_shared(index) {
+                rcu().retire_box(index);
+            }
         }
     }
 }

@@ -12,9 +12,12 @@
 //!   is kept mapped, so that a file written and deleted over and over does
 //!   not map and unmap a chunk each time);
 //! - free frames of chunks still in use are reused first (they are
-//!   resident already); past [`SPARE_FRAMES`] of them, they are purged
-//!   (`MADV_DONTNEED`): the memory goes back to the system, the address
-//!   stays, and the frame reads as zeros when it is next touched.
+//!   resident already); past [`SPARE_FRAMES`] of them, those of the
+//!   highest chunks are purged (`MADV_DONTNEED`) until half that many are
+//!   left: the memory goes back to the system, the address stays, and the
+//!   frame reads as zeros when it is next touched. Half, not all: frames
+//!   come back a grace period after they are freed, in bursts, and a
+//!   purge of every spare frame made the next thousand writes fault.
 //!
 //! So the memory a process keeps for freed file data is bounded by one
 //! chunk plus `SPARE_FRAMES`, and deleting a file hands its memory back as
@@ -23,6 +26,22 @@
 //! One lock guards the chunk table. A write takes it once for all the
 //! frames it needs, and a truncate or a delete once for all the frames it
 //! frees, so its cost is per call, not per page.
+//!
+//! Small allocations and frees (a few frames: a small file written and
+//! deleted) go through a per-shard cache of up to [`CACHE_MAX`] frames
+//! instead (Linux's per-CPU page lists), moved to and from the chunk table
+//! [`CACHE_BATCH`] at a time: threads that write small files share no lock
+//! and no line, and a frame freed by a thread is reused by it, still warm.
+//! The caches hold at most `SHARDS * CACHE_MAX` frames (4 MiB) besides the
+//! bound above.
+//!
+//! | lock | protects |
+//! |------|----------|
+//! | `Pool::inner` | the chunk table, the dirty and used counts |
+//! | a shard's cache lock | that shard's cached frames |
+//!
+//! Order: a cache's lock, then `inner` is never taken: a cache moves frames
+//! to or from the table with its own lock released.
 //!
 //! Under loom and Miri frames come from the global allocator instead (no
 //! `mmap` there); the page cache above is the same.
@@ -40,10 +59,10 @@ pub const CHUNK_PAGES: usize = 512;
 const CHUNK: usize = CHUNK_PAGES * PAGE;
 #[cfg(not(any(loom, miri)))]
 const WORDS: usize = CHUNK_PAGES / 64;
-/// Free frames kept resident in chunks still in use before they are
-/// purged (4 MiB).
+/// Free frames kept resident in chunks still in use before some are
+/// purged (8 MiB).
 #[cfg(not(any(loom, miri)))]
-pub const SPARE_FRAMES: usize = 1024;
+pub const SPARE_FRAMES: usize = 2048;
 
 /// What a chunk's frames are: `free` bits are frames not in use; `dirty`
 /// bits (a subset) are free frames still holding old data (resident).
@@ -99,10 +118,24 @@ struct Inner {
     used: usize,
 }
 
+/// Frames a shard's cache keeps at most (256 KiB).
+#[cfg(not(any(loom, miri)))]
+pub const CACHE_MAX: usize = 64;
+/// Frames a cache takes from, or gives back to, the chunk table at a time;
+/// also the largest allocation or free it serves.
+#[cfg(not(any(loom, miri)))]
+pub const CACHE_BATCH: usize = 16;
+
+/// A cached frame, and whether it holds old data (must be zeroed).
+#[cfg(not(any(loom, miri)))]
+type Cached = (NonNull<Frame>, bool);
+
 /// The frame allocator.
 pub struct Pool {
     #[cfg(not(any(loom, miri)))]
     inner: crate::sync::Mutex<Inner>,
+    #[cfg(not(any(loom, miri)))]
+    caches: Box<[crate::sync::shard::Padded<crate::sync::Mutex<Vec<Cached>>>]>,
     /// Frames handed out (a statistic: Relaxed).
     #[cfg(any(loom, miri))]
     used: std::sync::atomic::AtomicUsize,
@@ -130,6 +163,10 @@ impl Pool {
         Pool {
             #[cfg(not(any(loom, miri)))]
             inner: crate::sync::Mutex::new(Inner::default()),
+            #[cfg(not(any(loom, miri)))]
+            caches: (0..crate::sync::shard::SHARDS)
+                .map(|_| crate::sync::shard::Padded(crate::sync::Mutex::new(Vec::new())))
+                .collect(),
             #[cfg(any(loom, miri))]
             used: std::sync::atomic::AtomicUsize::new(0),
         }
@@ -138,8 +175,14 @@ impl Pool {
     pub fn stats(&self) -> PoolStats {
         #[cfg(not(any(loom, miri)))]
         {
+            // Cached frames are free (and resident): not in use.
+            let cached: usize = self.caches.iter().map(|c| c.0.lock().len()).sum();
             let g = self.inner.lock();
-            PoolStats { used_frames: g.used, mapped_bytes: g.chunks.len() * CHUNK, dirty_free_frames: g.dirty }
+            PoolStats {
+                used_frames: g.used - cached,
+                mapped_bytes: g.chunks.len() * CHUNK,
+                dirty_free_frames: g.dirty + cached,
+            }
         }
         #[cfg(any(loom, miri))]
         {
@@ -152,6 +195,53 @@ impl Pool {
     /// if the system has no memory to map.
     pub fn alloc(&self, n: usize, out: &mut Vec<NonNull<Frame>>) -> crate::error::Result<()> {
         #[cfg(not(any(loom, miri)))]
+        if n <= CACHE_BATCH {
+            return self.alloc_cached(n, out);
+        }
+        #[cfg(not(any(loom, miri)))]
+        {
+            self.alloc_table(n, out)
+        }
+        #[cfg(any(loom, miri))]
+        {
+            for _ in 0..n {
+                out.push(NonNull::from(Box::leak(Box::new(Frame::zeroed()))));
+            }
+            self.used.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// A small allocation, from this shard's cache (refilled from the
+    /// table when short).
+    #[cfg(not(any(loom, miri)))]
+    fn alloc_cached(&self, n: usize, out: &mut Vec<NonNull<Frame>>) -> crate::error::Result<()> {
+        let cache = &self.caches[crate::sync::shard::current()].0;
+        let mut c = cache.lock();
+        if c.len() < n {
+            drop(c);
+            let mut fresh = Vec::with_capacity(CACHE_BATCH);
+            self.alloc_table(CACHE_BATCH, &mut fresh)?;
+            c = cache.lock();
+            // Zeroed by the table: clean.
+            c.extend(fresh.into_iter().map(|f| (f, false)));
+        }
+        let at = c.len() - n;
+        let taken: Vec<Cached> = c.drain(at..).collect();
+        drop(c);
+        for (f, dirty) in taken {
+            if dirty {
+                // SAFETY: a frame we own now, PAGE bytes long.
+                unsafe { std::ptr::write_bytes(f.as_ptr().cast::<u8>(), 0, PAGE) };
+            }
+            out.push(f);
+        }
+        Ok(())
+    }
+
+    /// `n` zeroed frames from the chunk table.
+    #[cfg(not(any(loom, miri)))]
+    fn alloc_table(&self, n: usize, out: &mut Vec<NonNull<Frame>>) -> crate::error::Result<()> {
         {
             let start = out.len();
             let mut zero = Vec::new();
@@ -203,20 +293,38 @@ impl Pool {
             }
             Ok(())
         }
-        #[cfg(any(loom, miri))]
-        {
-            for _ in 0..n {
-                out.push(NonNull::from(Box::leak(Box::new(Frame::zeroed()))));
-            }
-            self.used.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-            Ok(())
-        }
     }
 
     /// Returns frames. The caller guarantees no one reads them any more
     /// (their grace period has ended).
     pub fn free(&self, frames: impl IntoIterator<Item = NonNull<Frame>>) {
         #[cfg(not(any(loom, miri)))]
+        {
+            let frames: Vec<NonNull<Frame>> = frames.into_iter().collect();
+            if frames.len() > CACHE_BATCH {
+                return self.free_table(frames);
+            }
+            let cache = &self.caches[crate::sync::shard::current()].0;
+            let mut c = cache.lock();
+            c.extend(frames.into_iter().map(|f| (f, true)));
+            if c.len() <= CACHE_MAX {
+                return;
+            }
+            let excess: Vec<NonNull<Frame>> = c.drain(CACHE_MAX - CACHE_BATCH..).map(|(f, _)| f).collect();
+            drop(c);
+            self.free_table(excess);
+        }
+        #[cfg(any(loom, miri))]
+        for f in frames {
+            // SAFETY: frames come from `Box::leak` in `alloc`, freed once.
+            drop(unsafe { Box::from_raw(f.as_ptr()) });
+            self.used.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Returns frames to the chunk table.
+    #[cfg(not(any(loom, miri)))]
+    fn free_table(&self, frames: Vec<NonNull<Frame>>) {
         {
             let mut unmap = Vec::new();
             let mut guard = self.inner.lock();
@@ -257,12 +365,6 @@ impl Pool {
                 unsafe { libc::munmap(base as *mut libc::c_void, CHUNK) };
             }
         }
-        #[cfg(any(loom, miri))]
-        for f in frames {
-            // SAFETY: frames come from `Box::leak` in `alloc`, freed once.
-            drop(unsafe { Box::from_raw(f.as_ptr()) });
-            self.used.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        }
     }
 }
 
@@ -272,11 +374,20 @@ impl Default for Pool {
     }
 }
 
-/// Hands the dirty free frames back to the system (`MADV_DONTNEED`, one
-/// call per run of adjacent frames); they stay free, now clean.
+/// Hands dirty free frames back to the system (`MADV_DONTNEED`, one call
+/// per run of adjacent frames), highest chunks first (allocation takes the
+/// lowest), until half of [`SPARE_FRAMES`] are left; they stay free, now
+/// clean.
 #[cfg(not(any(loom, miri)))]
 fn purge(g: &mut Inner) {
-    for (&base, c) in g.chunks.iter_mut() {
+    let mut bases: Vec<usize> = g.chunks.keys().copied().collect();
+    bases.sort_unstable_by(|a, b| b.cmp(a));
+    for base in bases {
+        if g.dirty <= SPARE_FRAMES / 2 {
+            return;
+        }
+        let c = g.chunks.get_mut(&base).expect("listed above");
+        g.dirty -= c.dirty_count();
         let mut i = 0;
         while i < CHUNK_PAGES {
             if c.dirty[i / 64] & (1 << (i % 64)) == 0 {
@@ -295,7 +406,6 @@ fn purge(g: &mut Inner) {
             };
         }
     }
-    g.dirty = 0;
 }
 
 /// Maps a chunk aligned to its size (maps twice the size, unmaps the
@@ -365,7 +475,7 @@ mod tests {
             assert!(bytes.iter().all(|&b| b == 0), "a reused frame was not zeroed");
         }
         pool.free(again);
-        pool.free(keep);
+        pool.free_table(keep); // past the shard caches: the table alone
         let s = pool.stats();
         assert_eq!((s.used_frames, s.mapped_bytes), (0, CHUNK), "{s:?}");
     }

@@ -257,7 +257,7 @@ impl MemFs {
         let u = usage.clone();
         let table = Arc::new(InodeTable::new_owned(opts.inode_list, Box::new(move |i| u.inode_freed(i))));
         let u = usage.clone();
-        let acct: Accounting = Arc::new(move |pages: i64| u.charge(pages * PAGE as i64));
+        let acct = Accounting::new(move |pages: i64| u.charge(pages * PAGE as i64));
         let t = now();
         let attr = Attr {
             ino: ROOT_INO,
@@ -347,7 +347,7 @@ impl MemFs {
 
     /// A new, empty page cache whose pages are charged to this memfs.
     pub(crate) fn new_page_cache(&self) -> Arc<PageCache> {
-        Arc::new(PageCache::with_accounting(self.opts.cache, Some(self.acct.clone())))
+        Arc::new(PageCache::with_accounting(self.opts.cache, Some(self.acct.handle())))
     }
 
     /// The live inode `ino`.
