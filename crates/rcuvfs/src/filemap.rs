@@ -238,7 +238,7 @@ struct Retired(Vec<*mut Page>);
 unsafe impl Send for Retired {}
 
 /// Pages at which a retirement is pushed out at once (1 MiB).
-const EXPEDITE_PAGES: usize = 256;
+pub const EXPEDITE_PAGES: usize = 256;
 
 /// # Safety
 /// As [`free_pages`], but readers that reached the pages before they were
@@ -645,14 +645,18 @@ impl Drop for PageCache {
     fn drop(&mut self) {
         let _ = self.charge(-(self.pages() as i64));
         let index = self.index.load(Ordering::Relaxed);
-        // SAFETY: dropping the cache: nothing else reaches it, but a reader
-        // of an earlier grace period may still hold a page, so pages go
-        // through RCU; the index array itself is ours.
+        // SAFETY: dropping the cache: no reader can be inside it. A reader
+        // reaches a cache through a reference (an `Arc`, an open file's
+        // inode) or through an inode it found under RCU, which is freed,
+        // and this cache with it, a grace period after it became
+        // unreachable; either way its read has ended. So its index and the
+        // pages still in it go now, with no grace period of their own (those
+        // that a truncate removed earlier went through `retire_pages`).
         unsafe {
             let pages = (*index).slots.iter().map(|s| s.load(Ordering::Relaxed)).filter(|p| !p.is_null()).collect();
-            retire_pages(pages);
+            free_pages(pages);
             if !Index::is_shared(index) {
-                rcu().retire_box(index);
+                drop(Box::from_raw(index));
             }
         }
     }

@@ -57,8 +57,9 @@ fn deleted_data_is_handed_back_to_the_system_without_other_activity() {
         let took = frames_freed_within(Duration::from_secs(5));
         assert!(took.is_some(), "round {round}: frames still in use: {:?}", rcuvfs::filemap::pool_stats());
         let s = rcuvfs::filemap::pool_stats();
-        // What stays mapped: one spare chunk (2 MiB) at most.
-        assert!(s.mapped_bytes <= 2 << 20, "round {round}: {s:?}");
+        // What stays mapped: the pool's spare chunks (four of 2 MiB) at
+        // most; what stays resident is checked below.
+        assert!(s.mapped_bytes <= 8 << 20, "round {round}: {s:?}");
         if !cfg!(miri) {
             let after = rss();
             assert!(

@@ -8,27 +8,39 @@
 //! deleting a 512 MiB file, the process kept 520 MB resident. Here frames
 //! (4 KiB, 4 KiB-aligned) are carved from chunks of [`CHUNK_PAGES`] mapped
 //! with `mmap`:
-//! - a chunk whose frames are all free is unmapped at once (one spare chunk
-//!   is kept mapped, so that a file written and deleted over and over does
-//!   not map and unmap a chunk each time);
+//! - a chunk whose frames are all free is unmapped at once, past a few
+//!   such chunks kept mapped, so that files written and deleted over and
+//!   over do not map and unmap chunks each time;
 //! - free frames of chunks still in use are reused first (they are
-//!   resident already); past [`SPARE_FRAMES`] of them, those of the
-//!   highest chunks are purged (`MADV_DONTNEED`) until half that many are
-//!   left: the memory goes back to the system, the address stays, and the
-//!   frame reads as zeros when it is next touched. Half, not all: frames
-//!   come back a grace period after they are freed, in bursts, and a
-//!   purge of every spare frame made the next thousand writes fault.
+//!   resident already); past a bound, those of the highest chunks are
+//!   purged (`MADV_DONTNEED`) until half that many are left: the memory
+//!   goes back to the system, the address stays, and the frame reads as
+//!   zeros when it is next touched.
 //!
-//! So the memory a process keeps for freed file data is bounded by one
-//! chunk plus `SPARE_FRAMES`, and deleting a file hands its memory back as
-//! soon as its pages' grace period ends.
+//! Two bounds, by how frames come back:
+//! - a bulk free ([`BULK`] frames or more at once: a large file truncated
+//!   or deleted) leaves at most [`SPARE_CHUNKS`] free chunks and
+//!   [`SPARE_FRAMES`] resident free frames (16 MiB): its memory goes back
+//!   to the system at once;
+//! - frees of a few frames (small files deleted, coming back one by one a
+//!   grace period late, in bursts) may keep up to [`CHURN_CHUNKS`] chunks
+//!   and [`CHURN_FRAMES`] frames (64 MiB): what many threads writing small
+//!   files have in flight. With one spare chunk and 4 MiB, two threads
+//!   writing small files mapped and unmapped chunks hundreds of times a
+//!   second (each map faulting 512 pages in, each unmap and purge a TLB
+//!   shootdown of the other core), and 16 threads purged every few
+//!   milliseconds frames the next writes faulted in again.
+//!
+//! So the memory a process keeps resident for freed file data is bounded
+//! (`CHURN_FRAMES` plus the shard caches), and deleting a large file hands
+//! its memory back as soon as its pages' grace period ends.
 //!
 //! One lock guards the chunk table. A write takes it once for all the
 //! frames it needs, and a truncate or a delete once for all the frames it
 //! frees, so its cost is per call, not per page.
 //!
 //! Small allocations and frees (a few frames: a small file written and
-//! deleted) go through a per-shard cache of up to [`CACHE_MAX`] frames
+//! deleted) go through a per-CPU cache (`shard::cpu`) of up to [`CACHE_MAX`] frames
 //! instead (Linux's per-CPU page lists), moved to and from the chunk table
 //! [`CACHE_BATCH`] at a time: threads that write small files share no lock
 //! and no line, and a frame freed by a thread is reused by it, still warm.
@@ -59,10 +71,24 @@ pub const CHUNK_PAGES: usize = 512;
 const CHUNK: usize = CHUNK_PAGES * PAGE;
 #[cfg(not(any(loom, miri)))]
 const WORDS: usize = CHUNK_PAGES / 64;
-/// Free frames kept resident in chunks still in use before some are
-/// purged (8 MiB).
+/// Entirely free chunks kept mapped after a bulk free (8 MiB of addresses;
+/// resident only as far as `SPARE_FRAMES` allows).
 #[cfg(not(any(loom, miri)))]
-pub const SPARE_FRAMES: usize = 2048;
+pub const SPARE_CHUNKS: usize = 4;
+/// The same after frees of a few frames.
+#[cfg(not(any(loom, miri)))]
+pub const CHURN_CHUNKS: usize = 32;
+
+/// Free frames kept resident after a bulk free (16 MiB).
+#[cfg(not(any(loom, miri)))]
+pub const SPARE_FRAMES: usize = 4096;
+/// The same after frees of a few frames (64 MiB).
+#[cfg(not(any(loom, miri)))]
+pub const CHURN_FRAMES: usize = 16384;
+
+/// Frames freed at once that make a bulk free (1 MiB).
+#[cfg(not(any(loom, miri)))]
+pub const BULK: usize = 256;
 
 /// What a chunk's frames are: `free` bits are frames not in use; `dirty`
 /// bits (a subset) are free frames still holding old data (resident).
@@ -87,10 +113,16 @@ impl Chunk {
         self.free.iter().any(|&w| w != 0)
     }
 
-    /// Takes the lowest free frame: (index, whether it must be zeroed).
+    /// Takes a free frame, a resident one (dirty) first, so that spare
+    /// resident frames are used up rather than purged while clean ones are
+    /// faulted in: (index, whether it must be zeroed).
     fn take(&mut self) -> Option<(usize, bool)> {
-        let w = self.free.iter().position(|&w| w != 0)?;
-        let b = self.free[w].trailing_zeros() as usize;
+        let w = match self.dirty.iter().position(|&w| w != 0) {
+            Some(w) => w,
+            None => self.free.iter().position(|&w| w != 0)?,
+        };
+        let pick = if self.dirty[w] != 0 { self.dirty[w] } else { self.free[w] };
+        let b = pick.trailing_zeros() as usize;
         self.free[w] &= !(1 << b);
         let dirty = self.dirty[w] & (1 << b) != 0;
         self.dirty[w] &= !(1 << b);
@@ -110,8 +142,12 @@ struct Inner {
     /// Chunks with a free frame (lowest address first: allocation packs
     /// the low chunks, so the high ones empty out and are unmapped).
     partial: BTreeSet<usize>,
-    /// The one entirely free chunk kept mapped, if any.
-    spare: Option<usize>,
+    /// Chunks with a dirty free frame: an allocation takes from these
+    /// first, so that resident spare frames are used up rather than purged
+    /// while clean ones are faulted in elsewhere.
+    warm: BTreeSet<usize>,
+    /// Entirely free chunks kept mapped, at most `SPARE_CHUNKS`.
+    spares: Vec<usize>,
     /// Dirty free frames over all chunks.
     dirty: usize,
     /// Frames in use.
@@ -216,7 +252,7 @@ impl Pool {
     /// table when short).
     #[cfg(not(any(loom, miri)))]
     fn alloc_cached(&self, n: usize, out: &mut Vec<NonNull<Frame>>) -> crate::error::Result<()> {
-        let cache = &self.caches[crate::sync::shard::current()].0;
+        let cache = &self.caches[crate::sync::shard::cpu()].0;
         let mut c = cache.lock();
         if c.len() < n {
             drop(c);
@@ -247,7 +283,7 @@ impl Pool {
             let mut zero = Vec::new();
             let mut g = self.inner.lock();
             while out.len() - start < n {
-                let Some(&base) = g.partial.first() else {
+                let Some(&base) = g.warm.first().or(g.partial.first()) else {
                     // Mapped and faulted in without the lock (hundreds of
                     // microseconds): others allocate and free meanwhile.
                     drop(g);
@@ -263,8 +299,8 @@ impl Pool {
                     g.partial.insert(base);
                     continue;
                 };
-                if g.spare == Some(base) {
-                    g.spare = None;
+                if let Some(k) = g.spares.iter().position(|&s| s == base) {
+                    g.spares.swap_remove(k);
                 }
                 let c = g.chunks.get_mut(&base).expect("a partial chunk is mapped");
                 let (mut taken, mut reused) = (0, 0);
@@ -279,10 +315,14 @@ impl Pool {
                     taken += 1;
                 }
                 let full = !c.any_free();
+                let cold = c.dirty_count() == 0;
                 g.dirty -= reused;
                 g.used += taken;
                 if full {
                     g.partial.remove(&base);
+                }
+                if cold {
+                    g.warm.remove(&base);
                 }
             }
             drop(g);
@@ -304,7 +344,7 @@ impl Pool {
             if frames.len() > CACHE_BATCH {
                 return self.free_table(frames);
             }
-            let cache = &self.caches[crate::sync::shard::current()].0;
+            let cache = &self.caches[crate::sync::shard::cpu()].0;
             let mut c = cache.lock();
             c.extend(frames.into_iter().map(|f| (f, true)));
             if c.len() <= CACHE_MAX {
@@ -325,6 +365,9 @@ impl Pool {
     /// Returns frames to the chunk table.
     #[cfg(not(any(loom, miri)))]
     fn free_table(&self, frames: Vec<NonNull<Frame>>) {
+        let bulk = frames.len() >= BULK;
+        let (spare_chunks, spare_frames) =
+            if bulk { (SPARE_CHUNKS, SPARE_FRAMES) } else { (CHURN_CHUNKS, CHURN_FRAMES) };
         {
             let mut unmap = Vec::new();
             let mut guard = self.inner.lock();
@@ -340,24 +383,35 @@ impl Pool {
                 c.free[i / 64] |= 1 << (i % 64);
                 c.dirty[i / 64] |= 1 << (i % 64);
                 g.dirty += 1;
-                if c.all_free() {
-                    // Keep one entirely free chunk; unmap the others.
-                    match g.spare {
-                        Some(s) if s != base => {
-                            g.dirty -= c.dirty_count();
-                            g.chunks.remove(&base);
-                            g.partial.remove(&base);
-                            unmap.push(base);
-                            continue;
-                        }
-                        _ => g.spare = Some(base),
+                if c.all_free() && !g.spares.contains(&base) {
+                    // Keep a few entirely free chunks; unmap the others.
+                    if g.spares.len() >= spare_chunks {
+                        g.dirty -= c.dirty_count();
+                        g.chunks.remove(&base);
+                        g.partial.remove(&base);
+                        g.warm.remove(&base);
+                        unmap.push(base);
+                        continue;
                     }
+                    g.spares.push(base);
                 }
                 g.partial.insert(base);
+                g.warm.insert(base);
             }
             g.used -= n;
-            if g.dirty > SPARE_FRAMES {
-                purge(g);
+            if g.spares.len() > spare_chunks {
+                // A bulk free after churn: back to the lower bound.
+                let gone: Vec<usize> = g.spares.drain(spare_chunks..).collect();
+                for base in gone {
+                    let c = g.chunks.remove(&base).expect("a spare chunk is mapped");
+                    g.dirty -= c.dirty_count();
+                    g.partial.remove(&base);
+                    g.warm.remove(&base);
+                    unmap.push(base);
+                }
+            }
+            if g.dirty > spare_frames {
+                purge(g, spare_frames / 2);
             }
             drop(guard);
             for base in unmap {
@@ -376,18 +430,18 @@ impl Default for Pool {
 
 /// Hands dirty free frames back to the system (`MADV_DONTNEED`, one call
 /// per run of adjacent frames), highest chunks first (allocation takes the
-/// lowest), until half of [`SPARE_FRAMES`] are left; they stay free, now
-/// clean.
+/// lowest), until `keep` are left; they stay free, now clean.
 #[cfg(not(any(loom, miri)))]
-fn purge(g: &mut Inner) {
+fn purge(g: &mut Inner, keep: usize) {
     let mut bases: Vec<usize> = g.chunks.keys().copied().collect();
     bases.sort_unstable_by(|a, b| b.cmp(a));
     for base in bases {
-        if g.dirty <= SPARE_FRAMES / 2 {
+        if g.dirty <= keep {
             return;
         }
         let c = g.chunks.get_mut(&base).expect("listed above");
         g.dirty -= c.dirty_count();
+        g.warm.remove(&base);
         let mut i = 0;
         while i < CHUNK_PAGES {
             if c.dirty[i / 64] & (1 << (i % 64)) == 0 {
@@ -464,8 +518,9 @@ mod tests {
         pool.free(frames);
         let s = pool.stats();
         assert_eq!(s.used_frames, 3);
-        // The three kept frames hold one chunk; one empty chunk is spare.
-        assert_eq!(s.mapped_bytes, 2 * CHUNK, "{s:?}");
+        // The three kept frames hold one chunk; the three empty ones are
+        // spare.
+        assert_eq!(s.mapped_bytes, 4 * CHUNK, "{s:?}");
         assert!(s.dirty_free_frames <= SPARE_FRAMES);
         let mut again = Vec::new();
         pool.alloc(2 * CHUNK_PAGES, &mut again).unwrap();
@@ -477,7 +532,7 @@ mod tests {
         pool.free(again);
         pool.free_table(keep); // past the shard caches: the table alone
         let s = pool.stats();
-        assert_eq!((s.used_frames, s.mapped_bytes), (0, CHUNK), "{s:?}");
+        assert_eq!((s.used_frames, s.mapped_bytes), (0, SPARE_CHUNKS * CHUNK), "{s:?}");
     }
 
     #[test]
@@ -496,6 +551,6 @@ mod tests {
         assert_eq!(s.used_frames, 4 * CHUNK_PAGES);
         assert!(s.dirty_free_frames <= SPARE_FRAMES, "{s:?}");
         pool.free(even.into_iter().map(|(_, f)| *f));
-        assert_eq!(pool.stats().mapped_bytes, CHUNK);
+        assert_eq!(pool.stats().mapped_bytes, SPARE_CHUNKS * CHUNK);
     }
 }

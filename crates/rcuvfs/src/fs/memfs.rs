@@ -187,13 +187,17 @@ const BYTE_CHUNK: u64 = 64 * PAGE as u64;
 
 impl Usage {
     fn inode_freed(&self, i: &Inode) {
-        // Its data goes now, not with the inode at the end of its grace
-        // period (which waits for this thread's reclamation batch to fill):
-        // as the kernel's evict truncates the pages of a deleted inode.
-        // Nothing can open the inode any more; a reader that reached it
-        // under RCU reads a shorter file, which is already gone.
+        // A large file's data goes now, not with the inode at the end of
+        // its grace period (which waits for this shard's reclamation batch
+        // to fill): as the kernel's evict truncates the pages of a deleted
+        // inode. Nothing can open the inode any more; a reader that reached
+        // it under RCU reads a shorter file, which is already gone. A small
+        // file's goes with the inode (its page cache's drop frees it,
+        // refunded then): one retirement less per small file.
         if let Some(pc) = i.data_if_any() {
-            let _ = pc.set_len(0);
+            if pc.pages() >= crate::filemap::EXPEDITE_PAGES as u64 {
+                let _ = pc.set_len(0);
+            }
         }
         self.inodes.refund(1);
         let mut bytes = i.link.get().map_or(0, |t| t.len() as u64);

@@ -9,35 +9,47 @@
 //! read section when it was retired has left it. That is exactly a grace
 //! period, whether or not the reader ever loaded the retired pointer.
 //!
-//! # Per-thread callback lists (written here: the product)
+//! # Per-CPU callback lists (written here: the product)
 //!
-//! As Linux's per-CPU callback lists, retired objects are freed by the
-//! thread that retired them, not by whichever thread happens to end their
-//! grace period (seize's own rule). A thread's objects gather in its list
-//! ([`LOCAL_BATCH`] of them), go to seize as one entry, and when their grace
-//! period ends seize's reclaimer only pushes that entry back onto the
-//! retiring thread's `returned` stack (one CAS); the thread frees them the
-//! next time it hands a batch over. Freed on another thread, every object
-//! was a cross-thread free: the allocator's remote-free path, and the
-//! object's lines moving to that thread and back when it is reused (a tenth
-//! of a two-thread create/unlink loop). A batch can also go *direct*: freed
-//! at the end of its grace period by whoever ends it ([`Rcu::expedite`],
-//! for memory that must go back promptly).
+//! As Linux's per-CPU callback lists, retired objects gather in a list per
+//! CPU (`shard::cpu`), go to seize
+//! [`SHARD_BATCH`] at a time, and are freed by a thread of the shard that
+//! retired them, not by whichever thread happens to end their grace period
+//! (seize's own rule): when their grace period ends, seize's reclaimer only
+//! pushes their batch back onto the shard's `returned` stack (one CAS),
+//! and the shard's next retirement frees them. Freed on another thread,
+//! every object was a cross-thread free: the allocator's remote-free path,
+//! and the object's lines moving to that thread and back when it is reused
+//! (a tenth of a two-thread create/unlink loop). A batch can also go
+//! *direct*: freed at the end of its grace period by whoever ends it
+//! ([`Rcu::expedite`], for memory that must go back promptly).
 //!
-//! | state                | who touches it                                         |
-//! |----------------------|--------------------------------------------------------|
-//! | `Local::pending`     | its thread alone (seize's thread id, unique among live threads) |
-//! | `Local::returned`    | any reclaimer pushes (Release CAS); its thread takes all (Acquire swap) |
-//! | `Local::in_flight`   | its thread alone                                       |
+//! Lists per CPU, not per thread: with 1000 threads on two cores, lists
+//! per thread filled slowly and held their objects (and the pages they
+//! freed) for a long time, and the memory ran out; with 16, each thread's
+//! objects in flight spread over both cores' caches (a freed object is
+//! reused by the next thread on that core, still warm, when lists are per
+//! CPU). What waits is bounded by the CPU count whatever the number of
+//! threads.
 //!
-//! A thread id outlives its thread: a later thread that gets the id takes
-//! over its lists. Objects still listed when the `Rcu` drops are freed then.
+//! | state | protected by |
+//! |-------|--------------|
+//! | `Shard::pending`, `handed` | the shard's `lock` (threads of one shard seldom run at once) |
+//! | `Shard::returned` | atomic: any reclaimer pushes (Release CAS); a thread of the shard takes all (Acquire swap) |
+//! | `Shard::freed` | atomic counter |
+//!
+//! A hand-over is one seize attempt (a `membarrier`): the batch's entries
+//! (objects in [`ENTRY`]s) plus, so that the attempt succeeds, one no-op
+//! entry per thread that may be in a read section (seize needs an entry per
+//! active thread; `Rcu::peak` bounds them), all retired by the handing
+//! thread, then flushed. Objects still listed when the `Rcu` drops are
+//! freed then.
 //!
 //! `synchronize` is built on top: it retires a sentinel whose callback sets a
-//! flag, and pads the batch so that it is pushed out (a seize batch needs at
-//! least as many entries as there are active threads), until the flag is
-//! set. It must not be called from inside a read section of the same `Rcu`:
-//! it would wait for itself.
+//! flag, hands its shard's list over at once, and waits for the flag and for
+//! every batch its shard handed over before it to come back. It must not be
+//! called from inside a read section of the same `Rcu`: it would wait for
+//! itself.
 //!
 //! Under `--cfg loom`, and with the `tsan` feature (ThreadSanitizer cannot
 //! see seize's fence- and membarrier-based protocol and would report every
@@ -64,17 +76,21 @@ use loom::sync::Mutex as DeferMutex;
 #[cfg(all(not(loom), feature = "tsan"))]
 use std::sync::Mutex as DeferMutex;
 
-/// Objects a thread retires before it hands them to seize as one entry.
-#[cfg(not(any(loom, feature = "tsan")))]
-const LOCAL_BATCH: usize = 512;
-
-/// seize entries per thread before a reclamation attempt. Each attempt
+/// Objects a shard gathers before it hands them to seize. Each hand-over
 /// costs a `membarrier` (an interrupt on every core running the process,
 /// about 17 us here under a hypervisor), and an update retires two to four
-/// objects: one attempt per 4 x 512 objects. (seize's default, 32 objects,
-/// spent a fifth of a two-thread create/unlink loop in those interrupts.)
+/// objects. (seize's default, one attempt per 32 objects, spent a fifth of
+/// a two-thread create/unlink loop in those interrupts.)
 #[cfg(not(any(loom, feature = "tsan")))]
-const SEIZE_BATCH: usize = 4;
+const SHARD_BATCH: usize = 1024;
+
+/// Objects per seize entry of a hand-over.
+#[cfg(not(any(loom, feature = "tsan")))]
+const ENTRY: usize = 256;
+
+/// seize's own batch size, a backstop: the hand-overs flush themselves.
+#[cfg(not(any(loom, feature = "tsan")))]
+const SEIZE_CAP: usize = 1024;
 
 /// An object to free after a grace period, and how.
 #[cfg(not(any(loom, feature = "tsan")))]
@@ -83,106 +99,59 @@ struct Deferred {
     free: unsafe fn(*mut ()),
 }
 
-/// One thread's retired objects, handed to seize as one entry.
+/// Objects of one shard, one seize entry.
 #[cfg(not(any(loom, feature = "tsan")))]
 struct Batch {
     items: Vec<Deferred>,
     /// The `returned` stack's link.
     next: *mut Batch,
-    /// The list of the thread that retired them.
-    home: *const Local,
+    /// The shard whose objects they are.
+    home: *const Shard,
     /// Freed by whoever ends the grace period, not sent home.
     direct: bool,
 }
 
-/// One thread's callback lists (module doc).
+/// One shard's callback lists (module doc).
 #[cfg(not(any(loom, feature = "tsan")))]
-#[derive(Default)]
-struct Local {
+struct Shard {
+    lock: super::RawMutex,
     pending: core::cell::UnsafeCell<Vec<Deferred>>,
+    /// Batches (not direct) handed over, ever.
+    handed: core::cell::UnsafeCell<u64>,
     returned: std::sync::atomic::AtomicPtr<Batch>,
-    /// Batches handed to seize and not yet freed here.
-    in_flight: core::cell::Cell<usize>,
+    /// Batches (not direct) freed, ever.
+    freed: std::sync::atomic::AtomicU64,
 }
 
-// SAFETY: `pending` and `in_flight` are touched only by the thread whose
-// seize id indexes this list (or by the `Rcu`'s drop, when no thread is
-// left); `returned` is atomic. The deferred pointers are objects retired
-// to be freed on any thread (`retire_box` needs `T: Send`).
+// SAFETY: `pending` and `handed` are touched only under `lock`; the rest is
+// atomic. The deferred pointers are objects retired to be freed on any
+// thread (`retire_box` needs `T: Send`).
 #[cfg(not(any(loom, feature = "tsan")))]
-unsafe impl Sync for Local {}
+unsafe impl Sync for Shard {}
 // SAFETY: as above.
 #[cfg(not(any(loom, feature = "tsan")))]
-unsafe impl Send for Local {}
-
-/// Every thread's `Local`, by seize's thread id: bucket `b` holds ids
-/// `2^b - 1 .. 2^(b+1) - 1`, allocated at the first use of one of them.
-#[cfg(not(any(loom, feature = "tsan")))]
-struct Locals {
-    buckets: [std::sync::atomic::AtomicPtr<super::shard::Padded<Local>>; usize::BITS as usize],
-}
+unsafe impl Send for Shard {}
 
 #[cfg(not(any(loom, feature = "tsan")))]
-impl Locals {
-    fn new() -> Locals {
-        Locals { buckets: std::array::from_fn(|_| Default::default()) }
-    }
-
-    fn bucket_of(id: usize) -> (usize, usize) {
-        let b = (usize::BITS - 1 - (id + 1).leading_zeros()) as usize;
-        (b, id + 1 - (1 << b))
-    }
-
-    /// The list of thread `id`, made if it has none.
-    fn get(&self, id: usize) -> &Local {
-        use std::sync::atomic::Ordering;
-        let (b, i) = Self::bucket_of(id);
-        let mut p = self.buckets[b].load(Ordering::Acquire);
-        if p.is_null() {
-            let n: Box<[super::shard::Padded<Local>]> = (0..1usize << b).map(|_| Default::default()).collect();
-            let n = Box::into_raw(n) as *mut super::shard::Padded<Local>;
-            // AcqRel: publishes the initialized bucket, or reads the
-            // winner's.
-            match self.buckets[b].compare_exchange(std::ptr::null_mut(), n, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => p = n,
-                Err(cur) => {
-                    // SAFETY: never published; made just above with this length.
-                    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(n, 1 << b)) });
-                    p = cur;
-                }
-            }
-        }
-        // SAFETY: a bucket of 2^b lists lives as long as `self`.
-        unsafe { &(*p.add(i)).0 }
-    }
-
-    /// Every list made so far (teardown).
-    fn for_each(&mut self, mut f: impl FnMut(&Local)) {
-        use std::sync::atomic::Ordering;
-        for (b, bucket) in self.buckets.iter().enumerate() {
-            let p = bucket.load(Ordering::Acquire);
-            if p.is_null() {
-                continue;
-            }
-            for i in 0..1usize << b {
-                // SAFETY: as in `get`.
-                f(unsafe { &(*p.add(i)).0 });
-            }
+impl Shard {
+    fn new() -> Shard {
+        Shard {
+            lock: super::RawMutex::new(),
+            pending: Default::default(),
+            handed: Default::default(),
+            returned: Default::default(),
+            freed: Default::default(),
         }
     }
-}
 
-#[cfg(not(any(loom, feature = "tsan")))]
-impl Drop for Locals {
-    fn drop(&mut self) {
-        use std::sync::atomic::Ordering;
-        for (b, bucket) in self.buckets.iter().enumerate() {
-            let p = bucket.load(Ordering::Acquire);
-            if !p.is_null() {
-                // SAFETY: made in `get` with this length; nothing uses it now.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, 1 << b)) });
-            }
-        }
+    /// Runs `f` on the list under the lock.
+    fn with<R>(&self, f: impl FnOnce(&mut Vec<Deferred>, &mut u64) -> R) -> R {
+        self.lock.lock();
+        // SAFETY: under the lock (struct doc); `f` runs nothing retired.
+        let r = unsafe { f(&mut *self.pending.get(), &mut *self.handed.get()) };
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        r
     }
 }
 
@@ -212,13 +181,13 @@ unsafe fn batch_done(b: *mut Batch, _: &Collector) {
             Batch::free_items(b.items);
             return;
         }
-        // The home list lives as long as the `Rcu`, whose collector (and so
+        // The shard lives as long as the `Rcu`, whose collector (and so
         // this call) it outlives.
         let home = &*(*b).home;
         let mut head = home.returned.load(std::sync::atomic::Ordering::Relaxed);
         loop {
             (*b).next = head;
-            // Release: the home thread's Acquire swap sees the batch, and
+            // Release: the shard's Acquire swap sees the batch, and
             // (through seize's own ordering before this call) that no reader
             // holds its objects any more.
             match home.returned.compare_exchange_weak(
@@ -233,6 +202,14 @@ unsafe fn batch_done(b: *mut Batch, _: &Collector) {
         }
     }
 }
+
+/// seize's reclaimer of a padding entry: nothing to free.
+#[cfg(not(any(loom, feature = "tsan")))]
+unsafe fn pad_done(_: *mut u8, _: &Collector) {}
+
+/// The address every padding entry names (seize never reads it).
+#[cfg(not(any(loom, feature = "tsan")))]
+static PAD: u8 = 0;
 
 /// Frees a retired `Box<T>`.
 #[cfg(not(any(loom, feature = "tsan")))]
@@ -252,11 +229,16 @@ unsafe fn run_callback(p: *mut ()) {
 /// One RCU domain. rcuvfs has one per `Vfs`, so that tests in parallel do
 /// not wait on each other's readers and teardown frees everything at once.
 pub struct Rcu {
-    /// Dropped first, in `drop` (its last reclaimers push to `locals`).
+    /// Dropped first, in `drop` (its last reclaimers push to `shards`).
     #[cfg(not(any(loom, feature = "tsan")))]
     collector: core::mem::ManuallyDrop<Collector>,
     #[cfg(not(any(loom, feature = "tsan")))]
-    locals: Locals,
+    shards: Box<[super::shard::Padded<Shard>]>,
+    /// One past the highest seize thread id that handed a batch over: the
+    /// most threads that may be in read sections at once, about (ids are
+    /// reused). Stored only when it grows.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    peak: std::sync::atomic::AtomicUsize,
     /// Set as the `Rcu` drops: no reader is left, so an object retired
     /// from a destructor run then is freed at once.
     #[cfg(not(any(loom, feature = "tsan")))]
@@ -317,9 +299,11 @@ impl Rcu {
     pub fn new() -> Self {
         Self {
             #[cfg(not(any(loom, feature = "tsan")))]
-            collector: core::mem::ManuallyDrop::new(Collector::new().batch_size(SEIZE_BATCH)),
+            collector: core::mem::ManuallyDrop::new(Collector::new().batch_size(SEIZE_CAP)),
             #[cfg(not(any(loom, feature = "tsan")))]
-            locals: Locals::new(),
+            shards: (0..super::shard::SHARDS).map(|_| super::shard::Padded(Shard::new())).collect(),
+            #[cfg(not(any(loom, feature = "tsan")))]
+            peak: Default::default(),
             #[cfg(not(any(loom, feature = "tsan")))]
             dropping: std::sync::atomic::AtomicBool::new(false),
             #[cfg(any(loom, feature = "tsan"))]
@@ -432,12 +416,10 @@ impl Rcu {
         }
     }
 
-    /// This thread's list, with seize's guard for it.
+    /// This thread's shard's lists.
     #[cfg(not(any(loom, feature = "tsan")))]
-    fn local(&self) -> (seize::LocalGuard<'_>, &Local) {
-        let g = self.collector.enter();
-        let l = self.locals.get(g.thread_id());
-        (g, l)
+    fn shard(&self) -> &Shard {
+        &self.shards[super::shard::current()].0
     }
 
     /// Lists an object to free after a grace period.
@@ -448,90 +430,90 @@ impl Rcu {
             unsafe { (d.free)(d.ptr) };
             return;
         }
-        let (_g, l) = self.local();
-        // SAFETY: only this thread uses its `pending` (module doc), and no
-        // other reference to it is live: `hand` and `drain` take it whole
-        // before they run anything.
-        let full = unsafe {
-            let pending = &mut *l.pending.get();
+        let sh = self.shard();
+        let full = sh.with(|pending, handed| {
             pending.push(d);
-            pending.len() >= LOCAL_BATCH
-        };
-        if full {
-            self.hand(l, false);
-            self.drain(l);
+            if pending.len() < SHARD_BATCH {
+                return None;
+            }
+            *handed += pending.len().div_ceil(ENTRY) as u64;
+            Some(core::mem::replace(pending, Vec::with_capacity(SHARD_BATCH)))
+        });
+        if let Some(items) = full {
+            self.hand(sh, items, false);
         }
+        // What came back is freed at once, not at the next hand-over: the
+        // objects (and the pages they hold) would wait a whole batch more.
+        self.drain(sh);
     }
 
-    /// Hands this thread's pending objects to seize as one entry.
+    /// Hands `items` (taken from `sh`'s list) to seize: entries of
+    /// [`ENTRY`] objects, padding for every thread that may be in a read
+    /// section, and a reclamation attempt (module doc).
     #[cfg(not(any(loom, feature = "tsan")))]
-    fn hand(&self, l: &Local, direct: bool) {
-        // SAFETY: this thread's list (module doc); taken whole.
-        let items = unsafe { core::mem::replace(&mut *l.pending.get(), Vec::with_capacity(LOCAL_BATCH)) };
-        if items.is_empty() {
-            return;
+    fn hand(&self, sh: &Shard, mut items: Vec<Deferred>, direct: bool) {
+        use std::sync::atomic::Ordering;
+        let g = self.collector.enter();
+        let id = g.thread_id();
+        if id >= self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(id + 1, Ordering::Relaxed);
         }
-        if !direct {
-            l.in_flight.set(l.in_flight.get() + 1);
+        while !items.is_empty() {
+            let rest = items.split_off(items.len().min(ENTRY));
+            let b = Box::into_raw(Box::new(Batch { items, next: std::ptr::null_mut(), home: sh, direct }));
+            // SAFETY: a fresh allocation no other thread can reach, and
+            // `batch_done` is its matching reclaimer.
+            unsafe { self.collector.retire(b, batch_done) };
+            items = rest;
         }
-        let b = Box::into_raw(Box::new(Batch { items, next: std::ptr::null_mut(), home: l, direct }));
-        // SAFETY: a fresh allocation no other thread can reach, and
-        // `batch_done` is its matching reclaimer.
-        unsafe { self.collector.retire(b, batch_done) };
+        for _ in 0..self.peak.load(Ordering::Relaxed).max(2) {
+            // SAFETY: `pad_done` reads nothing; the address is never freed.
+            unsafe { self.collector.retire(&PAD as *const u8 as *mut u8, pad_done) };
+        }
+        g.flush();
     }
 
     /// Frees the objects whose grace period has ended and that came back
-    /// to this thread's list.
+    /// to this shard.
     #[cfg(not(any(loom, feature = "tsan")))]
-    fn drain(&self, l: &Local) {
+    fn drain(&self, sh: &Shard) {
+        use std::sync::atomic::Ordering;
         // Relaxed first: nothing to take is the common case, and costs no
         // store.
-        if l.returned.load(std::sync::atomic::Ordering::Relaxed).is_null() {
+        if sh.returned.load(Ordering::Relaxed).is_null() {
             return;
         }
         // Acquire: pairs with `batch_done`'s Release push.
-        let mut b = l.returned.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::Acquire);
+        let mut b = sh.returned.swap(std::ptr::null_mut(), Ordering::Acquire);
         while !b.is_null() {
             // SAFETY: a batch pushed home by `batch_done`, now ours alone.
             let batch = unsafe { Box::from_raw(b) };
             b = batch.next;
-            l.in_flight.set(l.in_flight.get() - 1);
             // SAFETY: their grace period ended before the push.
             unsafe { Batch::free_items(batch.items) };
+            // Release: `synchronize`'s Acquire load sees the objects freed.
+            sh.freed.fetch_add(1, Ordering::Release);
         }
     }
 
-    /// Pushes this thread's retired objects out now instead of when its
+    /// Pushes this shard's retired objects out now instead of when its
     /// list fills: each is freed as soon as its grace period ends (at once
     /// if no reader is inside), by whichever thread ends it. Does not
     /// wait. For retirements that free much memory (a deleted file's data).
     pub fn expedite(&self) {
         #[cfg(not(any(loom, feature = "tsan")))]
         {
-            let (g, l) = self.local();
-            self.hand(l, true);
-            // Padding: one no-op entry per possible active thread, so that
-            // seize's batch is full enough to be pushed to every
-            // reservation.
-            let pad = std::thread::available_parallelism().map_or(8, |n| n.get()).max(64);
-            for _ in 0..pad {
-                let b = Box::into_raw(Box::new(Batch {
-                    items: Vec::new(),
-                    next: std::ptr::null_mut(),
-                    home: l,
-                    direct: true,
-                }));
-                // SAFETY: as in `hand`.
-                unsafe { self.collector.retire(b, batch_done) };
-            }
-            g.flush();
-            self.drain(l);
+            let sh = self.shard();
+            let items = sh.with(|pending, _| core::mem::take(pending));
+            self.hand(sh, items, true);
+            self.drain(sh);
         }
     }
 
     /// Waits until every read section that was in progress when it was
-    /// called has ended, and the callbacks queued before it by this thread
-    /// have run (`synchronize_rcu` plus `rcu_barrier` for this thread).
+    /// called has ended, and the callbacks queued before it by this
+    /// thread's shard have run (`synchronize_rcu` plus `rcu_barrier` for
+    /// this shard).
     pub fn synchronize(&self) {
         // The loom stand-in frees at drop only, but waits out real grace
         // periods here (a protocol may rely on the wait itself: the
@@ -550,6 +532,8 @@ impl Rcu {
         {
             use std::sync::atomic::{AtomicBool, Ordering};
             use std::sync::Arc;
+            let sh = self.shard();
+            let mark = sh.with(|_, handed| *handed);
             let done = Arc::new(AtomicBool::new(false));
             let flag = done.clone();
             // Release/Acquire: the callback runs after its grace period.
@@ -557,14 +541,12 @@ impl Rcu {
             let mut backoff = 1u64;
             loop {
                 self.expedite();
-                let (_g, l) = self.local();
-                self.drain(l);
-                // Every batch this thread handed over earlier is back and
-                // freed, and the flag's (direct) batch has run.
-                if done.load(Ordering::Acquire) && l.in_flight.get() == 0 {
+                self.drain(sh);
+                // The flag's (direct) batch has run, and as many batches as
+                // the shard had handed over before are back and freed.
+                if done.load(Ordering::Acquire) && sh.freed.load(Ordering::Acquire) >= mark {
                     break;
                 }
-                drop(_g);
                 std::thread::sleep(std::time::Duration::from_micros(backoff));
                 backoff = (backoff * 2).min(1000);
             }
@@ -580,12 +562,12 @@ impl Drop for Rcu {
         // (none is in a read section now), whose reclaimers push home.
         // SAFETY: dropped once, here; nothing uses it after.
         unsafe { core::mem::ManuallyDrop::drop(&mut self.collector) };
-        self.locals.for_each(|l| {
+        for sh in self.shards.iter() {
             // SAFETY: no thread uses the `Rcu` any more: every list is ours.
-            let pending = unsafe { core::mem::take(&mut *l.pending.get()) };
+            let pending = unsafe { core::mem::take(&mut *sh.0.pending.get()) };
             // SAFETY: no reader is left, so every grace period has ended.
             unsafe { Batch::free_items(pending) };
-            let mut b = l.returned.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::Acquire);
+            let mut b = sh.0.returned.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::Acquire);
             while !b.is_null() {
                 // SAFETY: as in `drain`.
                 let batch = unsafe { Box::from_raw(b) };
@@ -593,7 +575,7 @@ impl Drop for Rcu {
                 // SAFETY: as in `drain`.
                 unsafe { Batch::free_items(batch.items) };
             }
-        });
+        }
     }
 }
 

@@ -49,6 +49,28 @@ pub fn current() -> usize {
     })
 }
 
+/// The CPU the calling thread runs on, as a shard number (`0..SHARDS`;
+/// under loom always 0). For per-CPU data proper: lists whose objects
+/// should stay in one core's caches (freed objects and frames reused by
+/// the next thread on that core), where per-thread shards would spread 16
+/// threads' working sets over two cores' caches. A thread may move to
+/// another CPU at any moment, so the shard is only a placement: what it
+/// indexes must still be locked.
+#[inline]
+pub fn cpu() -> usize {
+    #[cfg(not(loom))]
+    {
+        // SAFETY: sched_getcpu has no preconditions.
+        let c = unsafe { libc::sched_getcpu() };
+        if c >= 0 {
+            return c as usize % SHARDS;
+        }
+        current()
+    }
+    #[cfg(loom)]
+    0
+}
+
 /// A value on cache lines of its own: 128 bytes, because x86's spatial
 /// prefetcher fetches lines in pairs, so two values 64 bytes apart still
 /// slow each other's writers (crossbeam's `CachePadded` does the same).
