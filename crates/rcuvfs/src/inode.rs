@@ -21,11 +21,11 @@
 //! | `Inode::refs`' lock (a lockref) | the reference count's transitions to and from zero, and the decision to free (with `nlink` for an owned inode) |
 //! | the table's index home locks | the ino -> inode index (`sync::index`)     |
 //! | `InodeTable::list`'s locks | the superblock's inode list (one lock, or one per shard; see `sync::list_batch`) |
-//! | `Inode::aliases`       | the dentries that name the inode (a leaf)         |
+//! | `Inode::times.alias_lock` | the list of dentries that name the inode (`alias_head`, and each dentry's `alias_next`; a leaf) |
 //!
 //! Order: the dcache's locks (see `dcache`), then `refs`' lock, then an
-//! index home lock, then `attrs`' lock; the list's locks and `aliases` are
-//! leaves. A filesystem's own locks come after all of these (`iget` asks the
+//! index home lock, then `attrs`' lock; the list's locks and `alias_lock`
+//! are leaves. A filesystem's own locks come after all of these (`iget` asks the
 //! filesystem for a new inode's symlink target; the last `iput` calls
 //! `forget` holding none).
 //!
@@ -44,7 +44,7 @@
 
 use crate::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::ptr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::dcache::LiveCounters;
 use crate::filemap::PageCache;
@@ -53,24 +53,47 @@ use crate::sync::index::{Index, InsertError, Probe};
 use crate::sync::list_batch::{InodeList, ListMode, Node};
 use crate::sync::lockref::DEAD;
 use crate::sync::shard::{Padded, SHARDS};
-use crate::sync::{Lockref, Mutex, Rcu, SeqLock};
+use crate::sync::{Lockref, Rcu, SeqLock};
 
+/// The three times, as atomics: seconds and nanoseconds apart (one 40-byte
+/// block, not three padded 16-byte ones), with a spare byte that holds the
+/// inode's alias lock.
+#[repr(C)]
 struct Times {
-    sec: AtomicI64,
-    nsec: AtomicU32,
+    sec: [AtomicI64; 3],
+    nsec: [AtomicU32; 3],
+    /// The inode's alias lock (the dentries that name it are listed under
+    /// it, Linux's `i_lock` over `i_dentry`), in what would be padding.
+    alias_lock: crate::sync::RawMutex,
 }
 
+const ATIME: usize = 0;
+const MTIME: usize = 1;
+const CTIME: usize = 2;
+
 impl Times {
-    fn new(t: Timespec) -> Times {
-        Times { sec: AtomicI64::new(t.sec), nsec: AtomicU32::new(t.nsec) }
+    fn new(a: &Attr) -> Times {
+        Times {
+            sec: [AtomicI64::new(a.atime.sec), AtomicI64::new(a.mtime.sec), AtomicI64::new(a.ctime.sec)],
+            nsec: [AtomicU32::new(a.atime.nsec), AtomicU32::new(a.mtime.nsec), AtomicU32::new(a.ctime.nsec)],
+            alias_lock: crate::sync::RawMutex::new(),
+        }
     }
-    fn load(&self) -> Timespec {
-        Timespec { sec: self.sec.load(Ordering::Relaxed), nsec: self.nsec.load(Ordering::Relaxed) }
+    fn load(&self, k: usize) -> Timespec {
+        Timespec { sec: self.sec[k].load(Ordering::Relaxed), nsec: self.nsec[k].load(Ordering::Relaxed) }
     }
-    fn store(&self, t: Timespec) {
-        self.sec.store(t.sec, Ordering::Relaxed);
-        self.nsec.store(t.nsec, Ordering::Relaxed);
+    fn store(&self, k: usize, t: Timespec) {
+        self.sec[k].store(t.sec, Ordering::Relaxed);
+        self.nsec[k].store(t.nsec, Ordering::Relaxed);
     }
+}
+
+/// `Inode::data` when the filesystem keeps a regular file's data without a
+/// page cache (set once, like a page cache). Never a real cache's address
+/// (a `PageCache` is 128-byte aligned; this is the dangling address of that
+/// alignment, which no allocation returns).
+fn no_page_cache() -> *mut PageCache {
+    ptr::NonNull::<PageCache>::dangling().as_ptr()
 }
 
 /// The key of an inode number in an inode table (a multiplicative mix, so
@@ -83,18 +106,25 @@ pub(crate) fn ino_hash(ino: Ino) -> u64 {
 
 /// An in-core inode.
 ///
-/// Laid out by hand (`repr(C)`, 64-byte aligned, 256 bytes): what a stat
+/// Laid out by hand (`repr(C)`, 64-byte aligned, 192 bytes): what a stat
 /// reads (the attributes, their sequence count, the page cache pointer for
 /// the size) fills the first two cache lines, and what updates write (the
-/// references, the lookup count, the list node) lives in the other two, so
-/// a stat of a cold inode costs two misses, not four, and a dget elsewhere
-/// does not invalidate the lines a stat reads.
+/// references, the lookup count, the list node, the alias list) the third,
+/// so a stat of a cold inode costs two misses, and a dget elsewhere does
+/// not invalidate the lines a stat reads. (It was 256 bytes, four lines: a
+/// `Mutex<Vec>` of aliases, with a heap block per inode, padded times and
+/// two `OnceLock`s; at a million files the quarter less is what fits in
+/// the caches, and one allocation less per file.)
 #[repr(C, align(64))]
 pub(crate) struct Inode {
     // ---- line 0: what a stat reads ----
     // Read under `attrs`' sequence count with relaxed loads; written in its
     // write sections with relaxed stores (the seqlock's fences order them).
     attrs: SeqLock,
+    pub kind: FileType,
+    /// The filesystem's own inode (memfs), not a copy: its attributes are
+    /// the truth and are never set from outside.
+    owned: bool,
     pub ino: Ino,
     perm: AtomicU32,
     nlink: AtomicU32,
@@ -103,19 +133,19 @@ pub(crate) struct Inode {
     size: AtomicU64,
     blocks: AtomicU64,
     rdev: AtomicU64,
-    pub kind: FileType,
-    /// The filesystem's own inode (memfs), not a copy: its attributes are
-    /// the truth and are never set from outside.
-    owned: bool,
-    // ---- line 1 ----
-    atime: Times,
-    mtime: Times,
-    ctime: Times,
-    /// A regular file's page cache, asked of the filesystem the first time
-    /// data is read or written (`None`: the filesystem has none, data goes
-    /// through `read` and `write`). An empty file never has one.
-    data: OnceLock<Option<Arc<PageCache>>>,
-    // ---- lines 2 and 3: what updates and rarer paths use ----
+    // ---- line 1: the times, and what is set once ----
+    times: Times,
+    /// A regular file's page cache (an `Arc::into_raw`), asked of the
+    /// filesystem the first time data is read or written; null: not asked
+    /// yet; `no_page_cache()`: the filesystem has none, data goes through
+    /// `read` and `write`. An empty file never has one. Set once.
+    data: AtomicPtr<PageCache>,
+    /// The superblock this inode belongs to; it outlives its inodes. Set once
+    /// (for an owned inode, when its filesystem is bound to a superblock).
+    owner: AtomicPtr<Super>,
+    /// memfs: a directory's entries (an index closed when it is removed).
+    pub(crate) entries: Index<crate::fs::memfs::Dirent>,
+    // ---- line 2: what updates and rarer paths write ----
     /// VFS references (dentries and open files), with the lock that decides
     /// the inode's end.
     refs: Lockref,
@@ -123,22 +153,26 @@ pub(crate) struct Inode {
     /// the lookups its filesystem handed out and was not yet paid back
     /// (FUSE's `nlookup`, kept in the inode itself).
     nlookup: AtomicU64,
-    /// The superblock this inode belongs to; it outlives its inodes. Set once
-    /// (for an owned inode, when its filesystem is bound to a superblock).
-    owner: AtomicPtr<Super>,
-    /// memfs: a directory's entries (an index closed when it is removed).
-    pub(crate) entries: Index<crate::fs::memfs::Dirent>,
     /// memfs: the extended attributes, an immutable list replaced whole by
     /// each change and read under RCU (null: none).
     xattrs: AtomicPtr<Xattrs>,
-    /// A symlink's target, read once: targets never change.
-    pub link: OnceLock<Box<[u8]>>,
-    /// The cached dentries that name this inode (Linux `i_dentry`, seed 003's
-    /// figure 5): hard links are aliases. A leaf lock.
-    pub aliases: Mutex<Vec<usize>>,
+    /// A symlink's target (a `Box<Box<[u8]>>`, null until read), set once:
+    /// targets never change.
+    link: AtomicPtr<Box<[u8]>>,
+    /// The first cached dentry that names this inode (Linux `i_dentry`, seed
+    /// 003's figure 5: hard links are aliases); the rest follow through
+    /// their `alias_next`. Under `times.alias_lock`.
+    alias_head: std::cell::UnsafeCell<*const crate::dcache::Dentry>,
     /// Membership of the superblock's inode list.
     sb: Node,
 }
+
+#[cfg(not(loom))]
+const _: () = assert!(
+    std::mem::size_of::<Inode>() == 192
+        && std::mem::offset_of!(Inode, times) == 64
+        && std::mem::offset_of!(Inode, refs) == 128
+);
 
 /// One extended attribute: its name and its value.
 pub(crate) type Xattr = (Box<[u8]>, Box<[u8]>);
@@ -165,6 +199,16 @@ impl Drop for Inode {
             // SAFETY: the inode is being freed (after its grace period), so
             // no reader holds its list.
             drop(unsafe { Box::from_raw(x) });
+        }
+        let l = self.link.load(Ordering::Relaxed);
+        if !l.is_null() {
+            // SAFETY: set once from `Box::into_raw`; no reader is left.
+            drop(unsafe { Box::from_raw(l) });
+        }
+        let d = self.data.load(Ordering::Relaxed);
+        if !d.is_null() && d != no_page_cache() {
+            // SAFETY: set once from `Arc::into_raw`; this is that reference.
+            drop(unsafe { Arc::from_raw(d) });
         }
     }
 }
@@ -201,6 +245,8 @@ impl Inode {
             kind: a.kind,
             owned,
             attrs: SeqLock::new(),
+            alias_head: std::cell::UnsafeCell::new(ptr::null()),
+            times: Times::new(a),
             perm: AtomicU32::new(a.perm),
             nlink: AtomicU32::new(a.nlink),
             uid: AtomicU32::new(a.uid),
@@ -208,15 +254,11 @@ impl Inode {
             size: AtomicU64::new(a.size),
             blocks: AtomicU64::new(a.blocks),
             rdev: AtomicU64::new(a.rdev),
-            atime: Times::new(a.atime),
-            mtime: Times::new(a.mtime),
-            ctime: Times::new(a.ctime),
-            link: OnceLock::new(),
-            data: OnceLock::new(),
-            aliases: Mutex::new(Vec::new()),
+            link: AtomicPtr::new(ptr::null_mut()),
+            data: AtomicPtr::new(ptr::null_mut()),
             refs: Lockref::new(0),
             nlookup: AtomicU64::new(0),
-            sb: Node::new(a.ino),
+            sb: Node::new(),
             entries: Index::new(),
             xattrs: AtomicPtr::new(std::ptr::null_mut()),
         }
@@ -292,7 +334,7 @@ impl Inode {
             }
         }
         let mut a = self.cached_attr();
-        if let Some(Some(pc)) = self.data.get() {
+        if let Some(pc) = self.data_if_any() {
             a.size = pc.size();
             a.blocks = pc.pages() * 8;
         }
@@ -311,7 +353,7 @@ impl Inode {
     /// RCU domain (memfs).
     pub(crate) fn attr_with(&self, g: &crate::sync::RcuGuard<'_>) -> Attr {
         let mut a = self.cached_attr();
-        if let Some(Some(pc)) = self.data.get() {
+        if let Some(pc) = self.data_if_any() {
             a.size = pc.size();
             a.blocks = pc.pages() * 8;
         } else if self.owned && self.kind == FileType::Dir {
@@ -341,7 +383,7 @@ impl Inode {
         // state and never replace newer ones. (A filesystem whose truth is
         // shared between machines keeps ctime strictly increasing per
         // inode whatever their clocks: see `fs::etcd`.)
-        if a.ctime < self.ctime.load() {
+        if a.ctime < self.times.load(CTIME) {
             return;
         }
         self.store_attr(a);
@@ -355,9 +397,9 @@ impl Inode {
         self.size.store(a.size, Ordering::Relaxed);
         self.blocks.store(a.blocks, Ordering::Relaxed);
         self.rdev.store(a.rdev, Ordering::Relaxed);
-        self.atime.store(a.atime);
-        self.mtime.store(a.mtime);
-        self.ctime.store(a.ctime);
+        self.times.store(ATIME, a.atime);
+        self.times.store(MTIME, a.mtime);
+        self.times.store(CTIME, a.ctime);
     }
 
     /// Changes attributes as one write section: `f` gets the current
@@ -393,9 +435,9 @@ impl Inode {
             gid: self.gid.load(Ordering::Relaxed),
             size: self.size.load(Ordering::Relaxed),
             blocks: self.blocks.load(Ordering::Relaxed),
-            atime: self.atime.load(),
-            mtime: self.mtime.load(),
-            ctime: self.ctime.load(),
+            atime: self.times.load(ATIME),
+            mtime: self.times.load(MTIME),
+            ctime: self.times.load(CTIME),
             rdev: self.rdev.load(Ordering::Relaxed),
         }
     }
@@ -408,7 +450,7 @@ impl Inode {
     /// Sets mtime (if `modify`) and ctime to `t`, unless they are already
     /// `t`: with the coarse clock, a burst of changes stores once per tick.
     pub(crate) fn touch(&self, t: Timespec, modify: bool) {
-        if self.ctime.load() == t && (!modify || self.mtime.load() == t) {
+        if self.times.load(CTIME) == t && (!modify || self.times.load(MTIME) == t) {
             return;
         }
         self.update(|a| {
@@ -421,7 +463,7 @@ impl Inode {
 
     /// Sets atime to `t` (a read), unless it is `t` already.
     pub(crate) fn touch_atime(&self, t: Timespec) {
-        if self.atime.load() != t {
+        if self.times.load(ATIME) != t {
             self.update(|a| a.atime = t);
         }
     }
@@ -470,28 +512,52 @@ impl Inode {
     /// The page cache holding a regular file's data, asked of the
     /// filesystem the first time (memfs makes one then); `None` if the
     /// filesystem keeps data elsewhere, or this is not a regular file.
-    pub fn data(&self) -> Option<&Arc<PageCache>> {
+    pub fn data(&self) -> Option<&PageCache> {
         if self.kind != FileType::File {
             return None;
         }
-        self.data
-            .get_or_init(|| match self.fs().as_memfs() {
-                // Its own inode: made in place (no reentry into `data`).
-                Some(m) if self.owned => Some(m.new_page_cache()),
-                _ => self.fs().page_cache(self.ino),
-            })
-            .as_ref()
+        self.data_or_init_with(|| match self.fs().as_memfs() {
+            // Its own inode: made in place (no reentry into `data`).
+            Some(m) if self.owned => Some(m.new_page_cache()),
+            _ => self.fs().page_cache(self.ino),
+        })
+    }
+
+    /// `data`'s pointer, set to what `make` returns unless another thread
+    /// set it first (then `make`'s answer is dropped).
+    fn data_or_init_with(&self, make: impl FnOnce() -> Option<Arc<PageCache>>) -> Option<&PageCache> {
+        // Acquire: pairs with the Release publication below.
+        let mut p = self.data.load(Ordering::Acquire);
+        if p.is_null() {
+            let n = make().map_or(no_page_cache(), |pc| Arc::into_raw(pc) as *mut PageCache);
+            // AcqRel: publishes the cache, or reads the winner's.
+            match self.data.compare_exchange(ptr::null_mut(), n, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => p = n,
+                Err(cur) => {
+                    if n != no_page_cache() {
+                        // SAFETY: never published; made by `Arc::into_raw`.
+                        drop(unsafe { Arc::from_raw(n) });
+                    }
+                    p = cur;
+                }
+            }
+        }
+        // SAFETY: set once to a cache the inode holds a reference on until
+        // it is dropped.
+        (p != no_page_cache()).then(|| unsafe { &*p })
     }
 
     /// The page cache if the file has one already (no call).
-    pub fn data_if_any(&self) -> Option<&Arc<PageCache>> {
-        self.data.get().and_then(|d| d.as_ref())
+    pub fn data_if_any(&self) -> Option<&PageCache> {
+        let p = self.data.load(Ordering::Acquire);
+        // SAFETY: as in `data_or_init_with`.
+        (!p.is_null() && p != no_page_cache()).then(|| unsafe { &*p })
     }
 
     /// The page cache to read through: for an owned inode only one that
     /// exists (a file never written has no data, and its filesystem's
     /// `read` answers that without making one).
-    pub fn data_for_read(&self) -> Option<&Arc<PageCache>> {
+    pub fn data_for_read(&self) -> Option<&PageCache> {
         if self.owned {
             self.data_if_any()
         } else {
@@ -501,8 +567,47 @@ impl Inode {
 
     /// The page cache, made with `make` if there is none yet (memfs, for
     /// its own inodes).
-    pub(crate) fn data_or_init(&self, make: impl FnOnce() -> Arc<PageCache>) -> &Arc<PageCache> {
-        self.data.get_or_init(|| Some(make())).as_ref().expect("a file's page cache")
+    pub(crate) fn data_or_init(&self, make: impl FnOnce() -> Arc<PageCache>) -> &PageCache {
+        self.data_or_init_with(|| Some(make())).expect("a file's page cache")
+    }
+
+    /// A counted reference to the page cache, made with `make` if there is
+    /// none yet (memfs, for another superblock's copies).
+    pub(crate) fn data_arc(&self, make: impl FnOnce() -> Arc<PageCache>) -> Arc<PageCache> {
+        let pc: *const PageCache = self.data_or_init(make);
+        // SAFETY: `pc` came from `Arc::into_raw` and the inode holds that
+        // reference while we take another.
+        unsafe {
+            Arc::increment_strong_count(pc);
+            Arc::from_raw(pc)
+        }
+    }
+
+    /// A symlink's target, once read or set.
+    pub fn link(&self) -> Option<&[u8]> {
+        // Acquire: pairs with the Release publication in `set_link`.
+        // SAFETY: set once, freed with the inode.
+        unsafe { self.link.load(Ordering::Acquire).as_ref() }.map(|b| &**b)
+    }
+
+    /// Sets a symlink's target, unless it is set already.
+    pub(crate) fn set_link(&self, target: Box<[u8]>) {
+        let n = Box::into_raw(Box::new(target));
+        // Release: publishes the target.
+        if self.link.compare_exchange(ptr::null_mut(), n, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            // SAFETY: never published.
+            drop(unsafe { Box::from_raw(n) });
+        }
+    }
+
+    /// Runs `f` on the alias list's head under the alias lock.
+    pub(crate) fn with_aliases<R>(&self, f: impl FnOnce(&mut *const crate::dcache::Dentry) -> R) -> R {
+        self.times.alias_lock.lock();
+        // SAFETY: under the alias lock (a leaf: `f` takes no lock).
+        let r = f(unsafe { &mut *self.alias_head.get() });
+        // SAFETY: locked above.
+        unsafe { self.times.alias_lock.unlock() };
+        r
     }
 
     /// The superblock this inode belongs to.
@@ -626,6 +731,19 @@ unsafe impl Send for InodeTable {}
 unsafe impl Sync for InodeTable {}
 
 impl InodeTable {
+    /// Calls `f` with the number of every inode on the superblock's list.
+    pub fn for_each_ino(&self, mut f: impl FnMut(Ino)) {
+        self.list.for_each(|n| {
+            // SAFETY: every node on this list is the `sb` field of a live
+            // inode (it leaves the list before it is freed, and we hold the
+            // sublist's lock), added as a pointer into the whole inode
+            // (`addr_of!` through a reference to it): stepping back to the
+            // inode stays within what the pointer may reach.
+            let i = unsafe { &*((n as *const u8).sub(std::mem::offset_of!(Inode, sb)) as *const Inode) };
+            f(i.ino)
+        });
+    }
+
     /// A table of copies.
     pub fn new(list: ListMode, owned: bool) -> InodeTable {
         debug_assert!(!owned, "an owned table is made with `new_owned`");
@@ -686,7 +804,7 @@ impl InodeTable {
         }
         // SAFETY: a new inode, on no list; it leaves the list before it is
         // freed (`free`).
-        unsafe { self.list.add(&i.sb) };
+        unsafe { self.list.add(ptr::addr_of!(i.sb)) };
         p
     }
 
@@ -726,7 +844,7 @@ impl InodeTable {
             let inode = Box::new(Inode::new(attr, sb));
             if attr.kind == FileType::Symlink {
                 if let Ok(t) = fs.readlink(attr.ino) {
-                    let _ = inode.link.set(t.into_boxed_slice());
+                    inode.set_link(t.into_boxed_slice());
                 }
             }
             inode.refs.get();
@@ -764,7 +882,7 @@ impl InodeTable {
             counters.add_inode(1);
             // SAFETY: a new inode, on no list; it leaves the list before it
             // is freed. Our reference keeps it alive meanwhile.
-            unsafe { self.list.add(&i.sb) };
+            unsafe { self.list.add(ptr::addr_of!(i.sb)) };
             return Ok(p);
         }
     }
@@ -878,7 +996,7 @@ impl InodeTable {
         part.shrink_if_sparse(rcu);
         // SAFETY: added when the inode was made; only this, its end,
         // deletes it.
-        unsafe { self.list.del(&inode.sb) };
+        unsafe { self.list.del(ptr::addr_of!(inode.sb)) };
         if let Some(f) = &self.on_free {
             f(inode);
         }
@@ -960,7 +1078,7 @@ impl InodeTable {
             let i = unsafe { &*p };
             f(i);
             // SAFETY: on the list since its creation.
-            unsafe { self.list.del(&i.sb) };
+            unsafe { self.list.del(ptr::addr_of!(i.sb)) };
             // SAFETY: the caller's contract: no reader is left.
             drop(unsafe { Box::from_raw(p as *mut Inode) });
         }
@@ -1026,7 +1144,7 @@ mod loom_xattr {
 #[test]
 fn what_a_stat_reads_fills_the_first_two_lines() {
     use crate::fs::FileSystem;
-    assert_eq!((std::mem::size_of::<Inode>(), std::mem::align_of::<Inode>()), (256, 64));
+    assert_eq!((std::mem::size_of::<Inode>(), std::mem::align_of::<Inode>()), (192, 64));
     let i = Inode::new_owned(&crate::fs::memfs::MemFs::default().getattr(1).unwrap(), ptr::null());
     let at = |p: *const u8| p as usize - &i as *const Inode as usize;
     for (what, off) in [
@@ -1034,12 +1152,18 @@ fn what_a_stat_reads_fills_the_first_two_lines() {
         ("ino", at(&i.ino as *const _ as *const u8)),
         ("kind", at(&i.kind as *const _ as *const u8)),
         ("rdev", at(&i.rdev as *const _ as *const u8)),
-        ("ctime", at(&i.ctime as *const _ as *const u8) + std::mem::size_of::<Times>() - 1),
+        ("times", at(&i.times as *const _ as *const u8) + std::mem::size_of::<Times>() - 1),
         ("data", at(&i.data as *const _ as *const u8) + std::mem::size_of_val(&i.data) - 1),
     ] {
         assert!(off < 128, "{what} at byte {off}");
     }
-    assert!(at(&i.refs as *const _ as *const u8) >= 128, "the references share a line with the attributes");
+    for (what, off) in [
+        ("refs", at(&i.refs as *const _ as *const u8)),
+        ("nlookup", at(&i.nlookup as *const _ as *const u8)),
+        ("the list node", at(&i.sb as *const _ as *const u8)),
+    ] {
+        assert!(off >= 128, "{what} shares a line with the attributes (byte {off})");
+    }
 }
 
 /// A filesystem's answers may reach `set_attr` in the other order than it

@@ -252,7 +252,7 @@ impl Dcache {
                         return validated(child, cseq, ENOENT);
                     };
                     if inode.kind == FileType::Symlink && (!last || follow || trailing) {
-                        let target = inode.link.get()?;
+                        let target = inode.link()?;
                         if child.seq.read_retry(cseq) {
                             return None;
                         }
@@ -682,7 +682,7 @@ impl Dcache {
             return fail(ELOOP);
         }
         let inode = link.inode().expect("positive symlink");
-        let target = match inode.link.get() {
+        let target = match inode.link() {
             Some(t) => t.to_vec(),
             None => inode.fs().readlink(inode.ino)?,
         };

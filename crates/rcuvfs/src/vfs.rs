@@ -758,7 +758,7 @@ impl Vfs {
     /// Calls `f` with the number of every in-core inode, from the
     /// superblock's inode list (what unmount eviction and sync walk).
     pub fn for_each_inode(&self, f: impl FnMut(Ino)) {
-        self.shared.dc.root_sb().itable.list.for_each(f);
+        self.shared.dc.root_sb().itable.for_each_ino(f);
     }
 
     /// The counters, readable after the `Vfs` and all its handles are gone:
@@ -1802,7 +1802,7 @@ impl Vfs {
         if inode.kind != FileType::Symlink {
             return fail(EINVAL);
         }
-        let t = match inode.link.get() {
+        let t = match inode.link() {
             Some(t) => t.to_vec(),
             None => inode.fs().readlink(inode.ino)?,
         };
@@ -1816,7 +1816,7 @@ impl Vfs {
         if inode.kind != FileType::Symlink {
             return fail(EINVAL);
         }
-        let t = match inode.link.get() {
+        let t = match inode.link() {
             Some(t) => t.to_vec(),
             None => inode.fs().readlink(inode.ino)?,
         };

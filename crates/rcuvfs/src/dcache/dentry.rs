@@ -80,9 +80,12 @@ pub(crate) struct Dentry {
     /// The count in the `split` layout.
     pub(super) lockref_split: Lockref,
     pub(super) lru: UnsafeCell<LruLinks>,
+    /// The next dentry naming the same inode (its alias list, headed in the
+    /// inode and under the inode's alias lock).
+    pub(super) alias_next: UnsafeCell<*const Dentry>,
     /// Explicit (atomic) tail, so the struct has no implicit padding: see
     /// `_pad` (Miri caught the tail padding too).
-    pub(super) _tail: [std::sync::atomic::AtomicU64; 5],
+    pub(super) _tail: [std::sync::atomic::AtomicU64; 4],
     /// Set by the loom RCU stand-in once the grace period that began at
     /// this dentry's kill has ended, when the real build may free it: every
     /// touch checks it (`check_live`).
@@ -141,6 +144,7 @@ impl Dentry {
             _pad: [std::sync::atomic::AtomicU64::new(0)],
             lockref_split: lockref(),
             lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
+            alias_next: UnsafeCell::new(ptr::null()),
             _tail: std::array::from_fn(|_| std::sync::atomic::AtomicU64::new(0)),
             #[cfg(loom)]
             freed: loom::sync::atomic::AtomicBool::new(false),

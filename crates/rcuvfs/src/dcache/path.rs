@@ -65,7 +65,7 @@ impl Dcache {
     /// aliases: hard links), sorted.
     pub fn alias_paths(&self, inode: &Inode) -> Vec<Vec<u8>> {
         let _g = self.rcu.read_lock();
-        let ds: Vec<usize> = inode.aliases.lock().clone();
+        let ds: Vec<usize> = Self::aliases_of(inode);
         // SAFETY: a dentry on an inode's alias list is live until it leaves
         // the list (kill, d_delete), and it is freed only through RCU, whose
         // read section we are in.

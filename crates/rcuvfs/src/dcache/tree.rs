@@ -225,9 +225,9 @@ impl Dcache {
     /// A referenced live dentry naming `inode`, if any.
     pub(super) fn live_alias(&self, inode: &Inode) -> Option<DRef<'_>> {
         let _g = self.rcu.read_lock();
-        // Copied out first: `aliases` is a leaf lock, and a get may take
+        // Copied out first: the alias lock is a leaf, and a get may take
         // d_lock.
-        let aliases: Vec<usize> = inode.aliases.lock().clone();
+        let aliases = Self::aliases_of(inode);
         aliases.into_iter().find_map(|d| {
             // SAFETY: on the alias list inside our read section, so freed
             // only after it ends; a dead one fails `get_not_dead`.
@@ -236,11 +236,33 @@ impl Dcache {
         })
     }
 
+    /// The dentries on `inode`'s alias list, copied out under its lock
+    /// (as addresses: the caller's read section keeps them allocated, and
+    /// a dead one fails any reference it tries to take).
+    pub(super) fn aliases_of(inode: &Inode) -> Vec<usize> {
+        inode.with_aliases(|head| {
+            let mut out = Vec::new();
+            let mut d = *head;
+            // SAFETY: under the alias lock, every dentry on the list is live
+            // (it leaves the list under this lock before it is killed).
+            while let Some(x) = unsafe { d.as_ref() } {
+                out.push(d as usize);
+                // SAFETY: under the alias lock (the link's lock).
+                d = unsafe { *x.alias_next.get() };
+            }
+            out
+        })
+    }
+
     /// Adds `d` to `inode`'s aliases.
     pub(super) fn alias_add(inode: *const Inode, d: &Dentry) {
         // SAFETY: the caller passes a live inode reference to `d`.
         if let Some(i) = unsafe { inode.as_ref() } {
-            i.aliases.lock().push(d as *const Dentry as usize);
+            i.with_aliases(|head| {
+                // SAFETY: under the alias lock; `d` is on no list.
+                unsafe { *d.alias_next.get() = *head };
+                *head = d;
+            });
         }
     }
 
@@ -249,10 +271,24 @@ impl Dcache {
         // SAFETY: `d` still holds its inode reference (the caller drops it
         // after this).
         if let Some(i) = unsafe { inode.as_ref() } {
-            let mut a = i.aliases.lock();
-            if let Some(k) = a.iter().position(|&x| x == d as *const Dentry as usize) {
-                a.swap_remove(k);
-            }
+            i.with_aliases(|head| {
+                // Find the link that points at `d` (lists are short: one
+                // dentry per name of the inode).
+                let mut link: *mut *const Dentry = head;
+                // SAFETY: under the alias lock; every dentry on the list is
+                // live, and `link` points at the head or a listed dentry's
+                // `alias_next`.
+                unsafe {
+                    while !(*link).is_null() {
+                        if ptr::eq(*link, d) {
+                            *link = *d.alias_next.get();
+                            *d.alias_next.get() = ptr::null();
+                            return;
+                        }
+                        link = (**link).alias_next.get();
+                    }
+                }
+            });
         }
     }
 

@@ -200,7 +200,7 @@ impl Usage {
             }
         }
         self.inodes.refund(1);
-        let mut bytes = i.link.get().map_or(0, |t| t.len() as u64);
+        let mut bytes = i.link().map_or(0, |t| t.len() as u64);
         bytes += i.xattr_bytes_when_freed();
         self.bytes.refund(bytes);
     }
@@ -442,7 +442,7 @@ impl MemFs {
         let sb = self.bound.load(std::sync::atomic::Ordering::SeqCst);
         let inode = Box::new(Inode::new_owned(&attr, sb));
         if let Some(t) = target {
-            let _ = inode.link.set(t.into());
+            inode.set_link(t.into());
         }
         inode.lookups_add(1);
         let p = self.table.insert_new(inode, self.rcu());
@@ -1020,7 +1020,7 @@ impl FileSystem for MemFs {
 
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
         let g = self.rcu().read_lock();
-        match self.get(&g, ino)?.link.get() {
+        match self.get(&g, ino)?.link() {
             Some(t) => Ok(t.to_vec()),
             None => fail(EINVAL),
         }
@@ -1108,7 +1108,7 @@ impl FileSystem for MemFs {
     fn page_cache(&self, ino: Ino) -> Option<Arc<PageCache>> {
         let g = self.rcu().read_lock();
         let i = self.get(&g, ino).ok()?;
-        (i.kind == FileType::File).then(|| i.data_or_init(|| self.new_page_cache()).clone())
+        (i.kind == FileType::File).then(|| i.data_arc(|| self.new_page_cache()))
     }
 
     fn statfs(&self) -> Result<StatFs> {

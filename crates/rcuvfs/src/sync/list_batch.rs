@@ -64,10 +64,9 @@ impl ListMode {
     }
 }
 
-/// A list membership, embedded in the listed object (an inode).
+/// A list membership, embedded in the listed object (an inode, which
+/// finds itself from its node: `InodeTable::for_each_ino`).
 pub struct Node {
-    /// What iteration reports for this node (the inode number).
-    pub key: u64,
     prev: UnsafeCell<*const Node>,
     next: UnsafeCell<*const Node>,
     /// The sublist the node is on; `NOT_LISTED` when on none.
@@ -82,10 +81,15 @@ unsafe impl Send for Node {}
 // SAFETY: as above.
 unsafe impl Sync for Node {}
 
+impl Default for Node {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Node {
-    pub fn new(key: u64) -> Node {
+    pub fn new() -> Node {
         Node {
-            key,
             prev: UnsafeCell::new(ptr::null()),
             next: UnsafeCell::new(ptr::null()),
             shard: AtomicU32::new(NOT_LISTED),
@@ -140,19 +144,22 @@ impl Shard {
     /// # Safety
     /// The caller holds this shard's lock; `node` is live, and for `Del` is
     /// on this shard.
-    unsafe fn apply(&self, op: Op, node: &Node, idx: u32) {
+    unsafe fn apply(&self, op: Op, p: *const Node, idx: u32) {
         // SAFETY: the lock is held (caller), which covers the head, the
-        // length and the links of every node on this shard.
+        // length and the links of every node on this shard. `p` is kept as
+        // given (its provenance covers the object the node is part of, which
+        // `for_each`'s callers reach through it); `node` is only for access.
         unsafe {
+            let node = &*p;
             let head = &mut *self.head.get();
             match op {
                 Op::Add => {
                     *node.prev.get() = ptr::null();
                     *node.next.get() = *head;
                     if let Some(h) = (*head).as_ref() {
-                        *h.prev.get() = node;
+                        *h.prev.get() = p;
                     }
-                    *head = node;
+                    *head = p;
                     node.shard.store(idx, Ordering::Relaxed);
                     *self.len.get() += 1;
                 }
@@ -187,7 +194,7 @@ impl Shard {
             let req = unsafe { &*r };
             let next = req.next;
             // SAFETY: lock held; the node is live (its owner waits on us).
-            unsafe { self.apply(req.op, &*req.node, idx) };
+            unsafe { self.apply(req.op, req.node, idx) };
             // The parking key, taken while the request is surely alive.
             let key = &req.done as *const AtomicBool as usize;
             // Release: the list change happens-before the owner's return.
@@ -262,8 +269,9 @@ impl InodeList {
     /// Adds `node` (`inode_sb_list_add`).
     ///
     /// # Safety
-    /// `node` is not on any list and stays alive until deleted.
-    pub unsafe fn add(&self, node: &Node) {
+    /// `node` is not on any list and stays alive until deleted. The list
+    /// keeps the pointer as given: `for_each` hands it back.
+    pub unsafe fn add(&self, node: *const Node) {
         let idx = if self.shards.len() > 1 { current_cpu() % self.shards.len() } else { 0 };
         // SAFETY: forwarded from the caller.
         unsafe { self.run(idx, Op::Add, node) };
@@ -273,14 +281,15 @@ impl InodeList {
     ///
     /// # Safety
     /// `node` is on this list.
-    pub unsafe fn del(&self, node: &Node) {
-        let idx = node.shard.load(Ordering::Relaxed);
+    pub unsafe fn del(&self, node: *const Node) {
+        // SAFETY: on this list, so live (caller).
+        let idx = unsafe { &*node }.shard.load(Ordering::Relaxed);
         debug_assert_ne!(idx, NOT_LISTED);
         // SAFETY: forwarded from the caller.
         unsafe { self.run(idx as usize, Op::Del, node) };
     }
 
-    unsafe fn run(&self, idx: usize, op: Op, node: &Node) {
+    unsafe fn run(&self, idx: usize, op: Op, node: *const Node) {
         let shard = &self.shards[idx];
         if self.mode != ListMode::Batch {
             shard.lock.lock();
@@ -332,8 +341,9 @@ impl InodeList {
         }
     }
 
-    /// Calls `f` with every node's key (for eviction, sync, statistics).
-    pub fn for_each(&self, mut f: impl FnMut(u64)) {
+    /// Calls `f` with every node, as the pointer it was added with (for
+    /// eviction, sync, statistics), under its sublist's lock.
+    pub fn for_each(&self, mut f: impl FnMut(*const Node)) {
         for (i, shard) in self.shards.iter().enumerate() {
             shard.lock.lock();
             // SAFETY: locked.
@@ -343,7 +353,7 @@ impl InodeList {
                 }
                 let mut n = *shard.head.get();
                 while let Some(node) = n.as_ref() {
-                    f(node.key);
+                    f(n);
                     n = *node.next.get();
                 }
                 shard.lock.unlock();
@@ -397,8 +407,7 @@ mod tests {
                         // Leaked up front: a listed node must never move, and
                         // moving a Box would also assert (Stacked Borrows) that
                         // nothing else points into it. Freed after the list.
-                        let raw: *mut [Node] =
-                            Box::into_raw((0..per).map(|i| Node::new(t * 1_000_000 + i)).collect::<Box<[Node]>>());
+                        let raw: *mut [Node] = Box::into_raw((0..per).map(|_| Node::new()).collect::<Box<[Node]>>());
                         // SAFETY: just allocated; only shared references are
                         // made from `raw` until it is freed after the list.
                         let nodes: &[Node] = unsafe { &*raw };
@@ -408,7 +417,7 @@ mod tests {
                             unsafe { list.add(n) };
                         }
                         // Delete the even ones; keep the odd ones.
-                        for n in nodes.iter().filter(|n| n.key % 2 == 0) {
+                        for n in nodes.iter().step_by(2) {
                             // SAFETY: added above.
                             unsafe { list.del(n) };
                         }
@@ -418,9 +427,12 @@ mod tests {
                 .collect();
             let nodes: Vec<SendSlice> = threads.into_iter().map(|t| t.join().unwrap()).collect();
             let mut seen = BTreeSet::new();
-            list.for_each(|k| assert!(seen.insert(k), "{k} listed twice"));
-            let want: BTreeSet<u64> =
-                (0..4u64).flat_map(|t| (0..per).filter(|i| i % 2 == 1).map(move |i| t * 1_000_000 + i)).collect();
+            list.for_each(|n| assert!(seen.insert(n as usize), "a node listed twice"));
+            let want: BTreeSet<usize> = nodes
+                .iter()
+                // SAFETY: the slices are alive until freed below.
+                .flat_map(|s| unsafe { &*s.0 }.iter().skip(1).step_by(2).map(|n| n as *const Node as usize))
+                .collect();
             assert_eq!(seen, want, "{mode:?}");
             assert_eq!(list.len(), want.len());
             drop(list); // before the nodes it links
