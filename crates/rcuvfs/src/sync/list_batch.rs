@@ -400,8 +400,8 @@ mod tests {
         for mode in ListMode::ALL {
             let list = Arc::new(InodeList::new(mode));
             let per = if cfg!(miri) { 20 } else { 2000 };
-            let threads: Vec<_> = (0..4u64)
-                .map(|t| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
                     let list = list.clone();
                     std::thread::spawn(move || {
                         // Leaked up front: a listed node must never move, and
