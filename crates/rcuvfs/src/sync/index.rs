@@ -48,17 +48,22 @@
 //! an `EMPTY` one it takes its entry back out (a tombstone) and claims again
 //! from its home.
 //!
-//! Why no entry is ever hidden: an entry `K` past slot `i` needs `i`
-//! non-empty. All four steps (the vacater's CAS to `VACATING` and its load
-//! of `i + 1`, the inserter's claim and its loads of the slots it passed)
-//! are `SeqCst`. If `K` sits at `i + 1`: if its claim comes first in the
-//! total order, the vacater sees it and puts the tombstone back; otherwise
-//! the vacater's CAS comes before the inserter's look at `i`, which sees
-//! `VACATING` (and waits), `EMPTY` (and moves back), or the tombstone put
-//! back: an insert never returns past an empty slot. If `K` sits further
-//! on, `i + 1` lies in its run; the first slot of a run to empty would need
-//! the slot after it empty, which is in the run too (or is `K`). So a slot
-//! never empties under a returned entry. While an inserter moves back, its
+//! Why no entry is ever hidden: an entry `K` claimed at slot `j` needs
+//! every slot from its home to `j` non-empty. All the steps (the vacater's
+//! CAS to `VACATING` and its load of the next slot, the inserter's claim
+//! and its loads of the slots it passed) are `SeqCst`, and the inserter
+//! looks back from `j - 1` down to its home. Suppose a passed slot `a`
+//! empties after the inserter's last look at it, and take the first such
+//! emptying. Its vacater made `a` `VACATING`, then saw `a + 1` empty. If
+//! `a + 1` is `j`, that look came before `K`'s claim, so the vacater's CAS
+//! came before the inserter's look at `a`, which saw `VACATING` and waited
+//! for the answer: not after its last look, a contradiction. Otherwise the
+//! inserter looked at `a + 1` before `a` and saw it full; the vacater, later,
+//! saw it empty: `a + 1` emptied after the inserter's last look at it,
+//! earlier than `a` did, a contradiction again. (Looking upwards instead,
+//! a slot that emptied and filled again between the two looks hid an empty
+//! slot below it: the review found that schedule.) So a slot never empties
+//! under a returned entry. While an inserter moves back, its
 //! entry is briefly absent: a lookup that overlaps the insert may see it,
 //! then a later one miss it, until the insert returns (only in that race;
 //! no present entry is ever missed).
@@ -898,10 +903,12 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             let want = bits_for(live + 1);
             let churn = if bits < CHURN_BITS { bits + 1 } else { bits };
             self.resize(t, want.max(churn), rcu);
-        } else {
-            // Full because a cluster ran off the end: more homes.
+        } else if is_entry(t.slots().last().map_or(0, |s| s.load(Ordering::Relaxed) & PTR)) {
+            // Full because a cluster runs off the end: more homes.
             self.resize(t, t.header().bits + 1, rcu);
         }
+        // Else another thread resized it meanwhile (this may be its new
+        // table), or room appeared: the insert tries again.
     }
 
     /// Waits until `t` is no longer the current table. The caller is in a
@@ -1025,7 +1032,9 @@ fn wait_closing(counts: &AtomicU64) {
 /// tombstone), waiting out a vacate in progress: an insert's look back
 /// over the slots it passed (module doc).
 fn passed_intact(slots: &[AtomicUsize], from: usize, to: usize) -> bool {
-    for s in &slots[from..to] {
+    // Nearest first (module doc: checked upwards, a slot that emptied and
+    // filled again between two looks could hide an empty one below it).
+    for s in slots[from..to].iter().rev() {
         let mut spins = 0;
         loop {
             // SeqCst: the vacate protocol (module doc).
@@ -1252,13 +1261,10 @@ impl<T: Indexed> Locked<'_, T> {
                 }
             }
         }
-        match self.claim(home, w) {
-            Some(filled) => {
-                if filled > 0 {
-                    h.counts.fetch_add(filled as u64 * USED_ONE, Ordering::Relaxed);
-                }
-                Ok(())
-            }
+        match self.claim(home, w, || {
+            h.counts.fetch_add(USED_ONE, Ordering::Relaxed);
+        }) {
+            Some(()) => Ok(()),
             None => {
                 h.counts.fetch_sub(LIVE_ONE, Ordering::Relaxed);
                 Err(InsertError::Full)
@@ -1269,12 +1275,12 @@ impl<T: Indexed> Locked<'_, T> {
     /// Stores the entry word `w` in the first free slot (empty or a
     /// tombstone) from `home` on, then checks that every slot it passed is
     /// still non-empty (a vacate may have emptied one: module doc), moving
-    /// back if not. Returns how many empty slots it filled (the last one,
-    /// and any it filled and then left as a tombstone), or `None` if the
-    /// probe ran off the table's end.
-    fn claim(&self, home: usize, w: usize) -> Option<usize> {
+    /// back if not. Calls `filled` as it fills an empty slot, at once: a
+    /// slot it fills and then leaves as a tombstone may be vacated by
+    /// another thread straight away, which counts it back out. `None` if
+    /// the probe ran off the table's end.
+    fn claim(&self, home: usize, w: usize, filled: impl Fn()) -> Option<()> {
         let slots = self.table.slots();
-        let mut filled = 0;
         let mut i = home;
         while i < slots.len() {
             let v = slots[i].load(Ordering::Relaxed);
@@ -1289,14 +1295,18 @@ impl<T: Indexed> Locked<'_, T> {
                 if slots[i].compare_exchange(v, (v & (LOCK | PARKED)) | w, Ordering::SeqCst, Ordering::Relaxed).is_ok()
                 {
                     super::audit::shared_writes(1);
-                    filled += usize::from(e == EMPTY);
+                    if e == EMPTY {
+                        filled();
+                    }
                     sc_fence();
                     if passed_intact(slots, home, i) {
-                        return Some(filled);
+                        return Some(());
                     }
                     // A slot we passed was vacated: our entry may be out of
-                    // readers' reach. Take it back out, claim again.
+                    // readers' reach. Take it back out (vacating the
+                    // tombstone if it ends its cluster), claim again.
                     set_value(&slots[i], TOMBSTONE);
+                    self.vacate(i);
                     i = home;
                 }
                 continue; // another writer took it, or a lock bit changed
@@ -1308,7 +1318,8 @@ impl<T: Indexed> Locked<'_, T> {
 
     /// Vacates slot `i`, just tombstoned, if the slot after it is empty,
     /// then the tombstones before it while each now ends its cluster
-    /// (module doc).
+    /// (module doc). Any writer may vacate any tombstone: the protocol
+    /// needs no home lock, only the CAS that makes it `VACATING`.
     fn vacate(&self, mut i: usize) {
         let slots = self.table.slots();
         let empty = |j: usize, order| slots.get(j).is_none_or(|s| s.load(order) & PTR == EMPTY);
@@ -1392,12 +1403,14 @@ impl<T: Indexed> Locked<'_, T> {
                 h.fetch_add(u as u64 * USED_ONE, Ordering::Relaxed);
             }
         }
-        let Some(filled) = self.claim(home, w) else {
+        if self
+            .claim(home, w, || {
+                mine.used.fetch_add(1, Ordering::Relaxed);
+            })
+            .is_none()
+        {
             mine.live.fetch_sub(1, Ordering::Relaxed);
             return Err(InsertError::Full);
-        };
-        if filled > 0 {
-            mine.used.fetch_add(filled as i64, Ordering::Relaxed);
         }
         Ok(())
     }

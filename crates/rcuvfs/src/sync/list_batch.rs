@@ -8,7 +8,7 @@
 //! |----------|------------------------------------------------------------|------|
 //! | `locked` | one lock (spin briefly, then park) around the list          | before 004 |
 //! | `batch`  | try the lock; if busy, queue the request on a lock-free stack and wait. Whoever holds the lock (the combiner) applies up to [`BATCH_MAX`] queued requests in the same hold, marks each done and wakes its owner, then releases; a waiter that finds the lock free takes the combiner role itself | 004 |
-//! | `percpu` | one sublist per CPU, each with its own lock; an add goes to the current CPU's sublist, a delete to the sublist the node is on (the later "dlock lists") | after 004 |
+//! | `percpu` | one sublist per shard, each with its own lock; an add goes to the calling thread's shard's sublist, a delete to the sublist the node is on (the later "dlock lists", per CPU in the kernel) | after 004 |
 //!
 //! # Locks and ownership
 //!
@@ -241,22 +241,20 @@ unsafe impl Send for InodeList {}
 // SAFETY: as above.
 unsafe impl Sync for InodeList {}
 
+/// The sublist an add goes to: the thread's shard (`sync::shard`), the
+/// crate's stand-in for a CPU. Per CPU proper (`sched_getcpu`), an inode
+/// created by one thread sat among another's on a CPU's list, and each
+/// delete of a neighbour wrote its links: a directory that two threads
+/// created files in had its list links, on the line its lookups read,
+/// written by whichever thread's inode came and went next to it.
 fn current_cpu() -> usize {
-    #[cfg(not(loom))]
-    {
-        // SAFETY: sched_getcpu has no preconditions.
-        let c = unsafe { libc::sched_getcpu() };
-        if c >= 0 {
-            return c as usize;
-        }
-    }
-    0
+    super::shard::current()
 }
 
 impl InodeList {
     pub fn new(mode: ListMode) -> InodeList {
         let n = match mode {
-            ListMode::PerCpu => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ListMode::PerCpu => super::shard::SHARDS,
             _ => 1,
         };
         InodeList { mode, shards: (0..n).map(|_| Shard::new()).collect() }

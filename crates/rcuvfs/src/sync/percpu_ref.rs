@@ -120,7 +120,7 @@ impl PercpuRef {
     #[must_use]
     pub fn kill(&self, rcu: &Rcu) -> bool {
         self.dying.0.store(true, Ordering::SeqCst);
-        rcu.synchronize();
+        rcu.grace_period();
         let sum: i64 = self.shards.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
         let delta = sum - BIAS;
         self.central.0.fetch_add(delta, Ordering::AcqRel) + delta == 0

@@ -34,22 +34,23 @@
 //!
 //! | state | protected by |
 //! |-------|--------------|
-//! | `Shard::pending`, `handed` | the shard's `lock` (threads of one shard seldom run at once) |
+//! | `Shard::pending`, `gens` | the shard's `lock` (threads of one shard seldom run at once) |
 //! | `Shard::returned` | atomic: any reclaimer pushes (Release CAS); a thread of the shard takes all (Acquire swap) |
-//! | `Shard::freed` | atomic counter |
 //!
 //! A hand-over is one seize attempt (a `membarrier`): the batch's entries
 //! (objects in [`ENTRY`]s) plus, so that the attempt succeeds, one no-op
 //! entry per thread that may be in a read section (seize needs an entry per
-//! active thread; `Rcu::peak` bounds them), all retired by the handing
-//! thread, then flushed. Objects still listed when the `Rcu` drops are
-//! freed then.
+//! active thread; `Rcu::peak`, the highest seize thread id seen entering a
+//! read section, bounds them), all retired by the handing thread, then
+//! flushed. Objects still listed when the `Rcu` drops are freed then.
 //!
-//! `synchronize` is built on top: it retires a sentinel whose callback sets a
-//! flag, hands its shard's list over at once, and waits for the flag and for
-//! every batch its shard handed over before it to come back. It must not be
-//! called from inside a read section of the same `Rcu`: it would wait for
-//! itself.
+//! `synchronize` is built on top: it hands its shard's list over at once
+//! under a new generation, and waits until no batch of that generation or
+//! an earlier one is left unfreed (each batch carries its generation; the
+//! shard counts them). `grace_period` only waits out readers: a private
+//! sentinel whose callback sets a flag. Neither may be called from inside a
+//! read section of the same `Rcu` (it would wait for itself), nor from a
+//! function the `Rcu` runs to free an object.
 //!
 //! Under `--cfg loom`, and with the `tsan` feature (ThreadSanitizer cannot
 //! see seize's fence- and membarrier-based protocol and would report every
@@ -109,6 +110,8 @@ struct Batch {
     home: *const Shard,
     /// Freed by whoever ends the grace period, not sent home.
     direct: bool,
+    /// The shard's generation it was handed over in (`synchronize`).
+    gen: u64,
 }
 
 /// One shard's callback lists (module doc).
@@ -116,14 +119,21 @@ struct Batch {
 struct Shard {
     lock: super::RawMutex,
     pending: core::cell::UnsafeCell<Vec<Deferred>>,
-    /// Batches (not direct) handed over, ever.
-    handed: core::cell::UnsafeCell<u64>,
+    gens: core::cell::UnsafeCell<Gens>,
     returned: std::sync::atomic::AtomicPtr<Batch>,
-    /// Batches (not direct) freed, ever.
-    freed: std::sync::atomic::AtomicU64,
 }
 
-// SAFETY: `pending` and `handed` are touched only under `lock`; the rest is
+/// A shard's generations: `synchronize` starts a new one, and waits for the
+/// batches of its own and earlier ones.
+#[cfg(not(any(loom, feature = "tsan")))]
+#[derive(Default)]
+struct Gens {
+    current: u64,
+    /// Batches (not direct) handed over and not yet freed, by generation.
+    outstanding: std::collections::BTreeMap<u64, usize>,
+}
+
+// SAFETY: `pending` and `gens` are touched only under `lock`; the rest is
 // atomic. The deferred pointers are objects retired to be freed on any
 // thread (`retire_box` needs `T: Send`).
 #[cfg(not(any(loom, feature = "tsan")))]
@@ -138,17 +148,16 @@ impl Shard {
         Shard {
             lock: super::RawMutex::new(),
             pending: Default::default(),
-            handed: Default::default(),
+            gens: Default::default(),
             returned: Default::default(),
-            freed: Default::default(),
         }
     }
 
     /// Runs `f` on the list under the lock.
-    fn with<R>(&self, f: impl FnOnce(&mut Vec<Deferred>, &mut u64) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Vec<Deferred>, &mut Gens) -> R) -> R {
         self.lock.lock();
         // SAFETY: under the lock (struct doc); `f` runs nothing retired.
-        let r = unsafe { f(&mut *self.pending.get(), &mut *self.handed.get()) };
+        let r = unsafe { f(&mut *self.pending.get(), &mut *self.gens.get()) };
         // SAFETY: locked above.
         unsafe { self.lock.unlock() };
         r
@@ -203,6 +212,19 @@ unsafe fn batch_done(b: *mut Batch, _: &Collector) {
     }
 }
 
+/// Takes `items` out of a shard's list for a hand-over in its current
+/// generation (counted outstanding).
+#[cfg(not(any(loom, feature = "tsan")))]
+fn take_for_hand(pending: &mut Vec<Deferred>, gens: &mut Gens) -> (Vec<Deferred>, u64) {
+    let g = gens.current;
+    *gens.outstanding.entry(g).or_default() += pending.len().div_ceil(ENTRY);
+    (core::mem::replace(pending, Vec::with_capacity(SHARD_BATCH)), g)
+}
+
+/// A no-op callback (a sentinel that makes a batch non-empty).
+#[cfg(not(any(loom, feature = "tsan")))]
+unsafe fn noop(_: *mut ()) {}
+
 /// seize's reclaimer of a padding entry: nothing to free.
 #[cfg(not(any(loom, feature = "tsan")))]
 unsafe fn pad_done(_: *mut u8, _: &Collector) {}
@@ -234,9 +256,10 @@ pub struct Rcu {
     collector: core::mem::ManuallyDrop<Collector>,
     #[cfg(not(any(loom, feature = "tsan")))]
     shards: Box<[super::shard::Padded<Shard>]>,
-    /// One past the highest seize thread id that handed a batch over: the
-    /// most threads that may be in read sections at once, about (ids are
-    /// reused). Stored only when it grows.
+    /// One past the highest seize thread id that entered a read section or
+    /// handed a batch over: at least the number of threads that may be in
+    /// read sections at once (ids are unique among live threads). Stored
+    /// only when it grows.
     #[cfg(not(any(loom, feature = "tsan")))]
     peak: std::sync::atomic::AtomicUsize,
     /// Set as the `Rcu` drops: no reader is left, so an object retired
@@ -329,9 +352,20 @@ impl Rcu {
                 }
             }
         }
+        #[cfg(not(any(loom, feature = "tsan")))]
+        let guard = {
+            let g = self.collector.enter();
+            // One load of a line that changes only when a thread with a
+            // higher id than any before enters: the padding's bound.
+            let id = g.thread_id();
+            if id >= self.peak.load(std::sync::atomic::Ordering::Relaxed) {
+                self.peak.fetch_max(id + 1, std::sync::atomic::Ordering::Relaxed);
+            }
+            g
+        };
         RcuGuard {
             #[cfg(not(any(loom, feature = "tsan")))]
-            _guard: self.collector.enter(),
+            _guard: guard,
             #[cfg(all(not(loom), feature = "tsan"))]
             _rcu: core::marker::PhantomData,
             #[cfg(loom)]
@@ -431,16 +465,12 @@ impl Rcu {
             return;
         }
         let sh = self.shard();
-        let full = sh.with(|pending, handed| {
+        let full = sh.with(|pending, gens| {
             pending.push(d);
-            if pending.len() < SHARD_BATCH {
-                return None;
-            }
-            *handed += pending.len().div_ceil(ENTRY) as u64;
-            Some(core::mem::replace(pending, Vec::with_capacity(SHARD_BATCH)))
+            (pending.len() >= SHARD_BATCH).then(|| take_for_hand(pending, gens))
         });
-        if let Some(items) = full {
-            self.hand(sh, items, false);
+        if let Some((items, gen)) = full {
+            self.hand(sh, items, false, gen);
         }
         // What came back is freed at once, not at the next hand-over: the
         // objects (and the pages they hold) would wait a whole batch more.
@@ -448,10 +478,9 @@ impl Rcu {
     }
 
     /// Hands `items` (taken from `sh`'s list) to seize: entries of
-    /// [`ENTRY`] objects, padding for every thread that may be in a read
-    /// section, and a reclamation attempt (module doc).
+    /// [`ENTRY`] objects, padding, and a reclamation attempt (module doc).
     #[cfg(not(any(loom, feature = "tsan")))]
-    fn hand(&self, sh: &Shard, mut items: Vec<Deferred>, direct: bool) {
+    fn hand(&self, sh: &Shard, mut items: Vec<Deferred>, direct: bool, gen: u64) {
         use std::sync::atomic::Ordering;
         let g = self.collector.enter();
         let id = g.thread_id();
@@ -460,13 +489,20 @@ impl Rcu {
         }
         while !items.is_empty() {
             let rest = items.split_off(items.len().min(ENTRY));
-            let b = Box::into_raw(Box::new(Batch { items, next: std::ptr::null_mut(), home: sh, direct }));
+            let b = Box::into_raw(Box::new(Batch { items, next: std::ptr::null_mut(), home: sh, direct, gen }));
             // SAFETY: a fresh allocation no other thread can reach, and
             // `batch_done` is its matching reclaimer.
             unsafe { self.collector.retire(b, batch_done) };
             items = rest;
         }
-        for _ in 0..self.peak.load(Ordering::Relaxed).max(2) {
+        self.pad_and_flush(&g);
+    }
+
+    /// Pads this thread's seize batch with one no-op entry per thread that
+    /// may be in a read section, and attempts a reclamation.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    fn pad_and_flush(&self, g: &seize::LocalGuard<'_>) {
+        for _ in 0..self.peak.load(std::sync::atomic::Ordering::Relaxed).max(2) {
             // SAFETY: `pad_done` reads nothing; the address is never freed.
             unsafe { self.collector.retire(&PAD as *const u8 as *mut u8, pad_done) };
         }
@@ -489,10 +525,19 @@ impl Rcu {
             // SAFETY: a batch pushed home by `batch_done`, now ours alone.
             let batch = unsafe { Box::from_raw(b) };
             b = batch.next;
+            let gen = batch.gen;
             // SAFETY: their grace period ended before the push.
             unsafe { Batch::free_items(batch.items) };
-            // Release: `synchronize`'s Acquire load sees the objects freed.
-            sh.freed.fetch_add(1, Ordering::Release);
+            // Counted out after its objects are freed: `synchronize` waits
+            // for the frees, not only the grace period.
+            sh.with(|_, gens| {
+                if let Some(n) = gens.outstanding.get_mut(&gen) {
+                    *n -= 1;
+                    if *n == 0 {
+                        gens.outstanding.remove(&gen);
+                    }
+                }
+            });
         }
     }
 
@@ -503,17 +548,49 @@ impl Rcu {
     pub fn expedite(&self) {
         #[cfg(not(any(loom, feature = "tsan")))]
         {
+            if self.dropping.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
             let sh = self.shard();
             let items = sh.with(|pending, _| core::mem::take(pending));
-            self.hand(sh, items, true);
+            self.hand(sh, items, true, 0);
             self.drain(sh);
         }
     }
 
     /// Waits until every read section that was in progress when it was
-    /// called has ended, and the callbacks queued before it by this
-    /// thread's shard have run (`synchronize_rcu` plus `rcu_barrier` for
-    /// this shard).
+    /// called has ended (`synchronize_rcu`), without waiting for any
+    /// retired object. Not from inside a read section of this `Rcu`.
+    pub fn grace_period(&self) {
+        #[cfg(any(loom, feature = "tsan"))]
+        self.synchronize();
+        #[cfg(not(any(loom, feature = "tsan")))]
+        {
+            use std::sync::atomic::{AtomicBool, Ordering};
+            use std::sync::Arc;
+            if self.dropping.load(Ordering::Relaxed) {
+                return;
+            }
+            let done = Arc::new(AtomicBool::new(false));
+            let flag = done.clone();
+            let cb: *mut Callback = Box::into_raw(Box::new(Box::new(move || flag.store(true, Ordering::Release))));
+            // A direct batch of its own: freed (the flag set) when its
+            // grace period ends, whatever else waits.
+            self.hand(self.shard(), vec![Deferred { ptr: cb as *mut (), free: run_callback }], true, 0);
+            let mut backoff = 1u64;
+            // Acquire: pairs with the callback's Release.
+            while !done.load(Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_micros(backoff));
+                backoff = (backoff * 2).min(1000);
+                // Again: a thread that entered since may need its entry.
+                self.pad_and_flush(&self.collector.enter());
+            }
+        }
+    }
+
+    /// Waits until every read section that was in progress when it was
+    /// called has ended, and the objects this thread's shard retired before
+    /// it are freed (`synchronize_rcu` plus `rcu_barrier` for this shard).
     pub fn synchronize(&self) {
         // The loom stand-in frees at drop only, but waits out real grace
         // periods here (a protocol may rely on the wait itself: the
@@ -530,25 +607,29 @@ impl Rcu {
         }
         #[cfg(not(any(loom, feature = "tsan")))]
         {
-            use std::sync::atomic::{AtomicBool, Ordering};
-            use std::sync::Arc;
+            if self.dropping.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
             let sh = self.shard();
-            let mark = sh.with(|_, handed| *handed);
-            let done = Arc::new(AtomicBool::new(false));
-            let flag = done.clone();
-            // Release/Acquire: the callback runs after its grace period.
-            self.call_rcu(move || flag.store(true, Ordering::Release));
+            // Everything listed now goes in this generation (with a sentinel,
+            // so that a grace period is waited for even with nothing listed);
+            // later retirements go in the next.
+            let (items, mark) = sh.with(|pending, gens| {
+                pending.push(Deferred { ptr: std::ptr::null_mut(), free: noop });
+                let r = take_for_hand(pending, gens);
+                gens.current += 1;
+                r
+            });
+            self.hand(sh, items, false, mark);
             let mut backoff = 1u64;
             loop {
-                self.expedite();
                 self.drain(sh);
-                // The flag's (direct) batch has run, and as many batches as
-                // the shard had handed over before are back and freed.
-                if done.load(Ordering::Acquire) && sh.freed.load(Ordering::Acquire) >= mark {
+                if sh.with(|_, gens| gens.outstanding.range(..=mark).next().is_none()) {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_micros(backoff));
                 backoff = (backoff * 2).min(1000);
+                self.pad_and_flush(&self.collector.enter());
             }
         }
     }
@@ -557,25 +638,41 @@ impl Rcu {
 #[cfg(not(any(loom, feature = "tsan")))]
 impl Drop for Rcu {
     fn drop(&mut self) {
+        // No reader is left (`&mut self`): every object can go now. An
+        // object retired while another is freed goes at once (`dropping`);
+        // the collector stays alive until the end, so that a destructor
+        // that enters a read section still finds it.
         self.dropping.store(true, std::sync::atomic::Ordering::Relaxed);
-        // seize first: it frees the entries no grace period released yet
-        // (none is in a read section now), whose reclaimers push home.
-        // SAFETY: dropped once, here; nothing uses it after.
-        unsafe { core::mem::ManuallyDrop::drop(&mut self.collector) };
-        for sh in self.shards.iter() {
-            // SAFETY: no thread uses the `Rcu` any more: every list is ours.
-            let pending = unsafe { core::mem::take(&mut *sh.0.pending.get()) };
-            // SAFETY: no reader is left, so every grace period has ended.
-            unsafe { Batch::free_items(pending) };
-            let mut b = sh.0.returned.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::Acquire);
-            while !b.is_null() {
-                // SAFETY: as in `drain`.
-                let batch = unsafe { Box::from_raw(b) };
-                b = batch.next;
-                // SAFETY: as in `drain`.
-                unsafe { Batch::free_items(batch.items) };
+        loop {
+            let mut any = false;
+            for sh in self.shards.iter() {
+                // SAFETY: no thread uses the `Rcu` any more: every list is
+                // ours, and no reader is left.
+                let pending = unsafe { core::mem::take(&mut *sh.0.pending.get()) };
+                any |= !pending.is_empty();
+                // SAFETY: as above.
+                unsafe { Batch::free_items(pending) };
+                let mut b = sh.0.returned.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::Acquire);
+                while !b.is_null() {
+                    any = true;
+                    // SAFETY: as in `drain`.
+                    let batch = unsafe { Box::from_raw(b) };
+                    b = batch.next;
+                    // SAFETY: as in `drain`.
+                    unsafe { Batch::free_items(batch.items) };
+                }
+            }
+            // seize's entries not yet released (none is in a read section
+            // now): their reclaimers free direct batches and push the others
+            // home, for the next round.
+            // SAFETY: no thread uses the collector any more.
+            unsafe { self.collector.reclaim_all() };
+            if !any && self.shards.iter().all(|s| s.0.returned.load(std::sync::atomic::Ordering::Acquire).is_null()) {
+                break;
             }
         }
+        // SAFETY: dropped once, here; nothing uses it after.
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.collector) };
     }
 }
 
