@@ -77,13 +77,20 @@ use loom::sync::Mutex as DeferMutex;
 #[cfg(all(not(loom), feature = "tsan"))]
 use std::sync::Mutex as DeferMutex;
 
-/// Objects a shard gathers before it hands them to seize. Each hand-over
-/// costs a `membarrier` (an interrupt on every core running the process,
-/// about 17 us here under a hypervisor), and an update retires two to four
-/// objects. (seize's default, one attempt per 32 objects, spent a fifth of
-/// a two-thread create/unlink loop in those interrupts.)
+/// Objects a shard gathers before it hands them to seize, at most. Each
+/// hand-over costs a `membarrier` (an interrupt on every core running the
+/// process, about 20 us here under a hypervisor), and an update retires two
+/// to four objects. (seize's default, one attempt per 32 objects, spent a
+/// fifth of a two-thread create/unlink loop in those interrupts.) With many
+/// threads, fewer ([`Rcu::shard_batch`]): each shard's objects in flight,
+/// and the pages they hold, are what sixteen threads on two cores fight
+/// over in the caches.
 #[cfg(not(any(loom, feature = "tsan")))]
-const SHARD_BATCH: usize = 1024;
+const SHARD_BATCH: usize = 2048;
+
+/// The fewest objects a shard gathers before a hand-over.
+#[cfg(not(any(loom, feature = "tsan")))]
+const SHARD_BATCH_MIN: usize = 512;
 
 /// Objects per seize entry of a hand-over.
 #[cfg(not(any(loom, feature = "tsan")))]
@@ -218,7 +225,8 @@ unsafe fn batch_done(b: *mut Batch, _: &Collector) {
 fn take_for_hand(pending: &mut Vec<Deferred>, gens: &mut Gens) -> (Vec<Deferred>, u64) {
     let g = gens.current;
     *gens.outstanding.entry(g).or_default() += pending.len().div_ceil(ENTRY);
-    (core::mem::replace(pending, Vec::with_capacity(SHARD_BATCH)), g)
+    let cap = pending.capacity();
+    (core::mem::replace(pending, Vec::with_capacity(cap)), g)
 }
 
 /// A no-op callback (a sentinel that makes a batch non-empty).
@@ -456,6 +464,14 @@ impl Rcu {
         &self.shards[super::shard::current()].0
     }
 
+    /// Objects a shard gathers before a hand-over: [`SHARD_BATCH`] with a
+    /// few threads, down to [`SHARD_BATCH_MIN`] with 32 or more.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    fn shard_batch(&self) -> usize {
+        let threads = self.peak.load(std::sync::atomic::Ordering::Relaxed).max(1);
+        (16 * SHARD_BATCH / threads).clamp(SHARD_BATCH_MIN, SHARD_BATCH)
+    }
+
     /// Lists an object to free after a grace period.
     #[cfg(not(any(loom, feature = "tsan")))]
     fn defer(&self, d: Deferred) {
@@ -467,7 +483,7 @@ impl Rcu {
         let sh = self.shard();
         let full = sh.with(|pending, gens| {
             pending.push(d);
-            (pending.len() >= SHARD_BATCH).then(|| take_for_hand(pending, gens))
+            (pending.len() >= self.shard_batch()).then(|| take_for_hand(pending, gens))
         });
         if let Some((items, gen)) = full {
             self.hand(sh, items, false, gen);
