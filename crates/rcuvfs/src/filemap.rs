@@ -248,12 +248,16 @@ unsafe fn retire_pages(pages: Vec<*mut Page>) {
         return;
     }
     let big = pages.len() >= EXPEDITE_PAGES;
+    let bytes = pages.len() * PAGE;
     let r = Retired(pages);
-    rcu().call_rcu(move || {
-        let r = r;
-        // SAFETY: the grace period has ended: no reader holds them.
-        unsafe { free_pages(r.0) }
-    });
+    rcu().call_rcu_sized(
+        move || {
+            let r = r;
+            // SAFETY: the grace period has ended: no reader holds them.
+            unsafe { free_pages(r.0) }
+        },
+        bytes,
+    );
     if big {
         rcu().expedite();
     }

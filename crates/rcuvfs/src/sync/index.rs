@@ -1151,12 +1151,16 @@ unsafe fn retire_table(rcu: &Rcu, t: Table) {
     struct SendTable(Table);
     // SAFETY: the table is only freed, once, by the callback.
     unsafe impl Send for SendTable {}
+    let bytes = Table::layout(t.header().len).0.size();
     let st = SendTable(t);
-    rcu.call_rcu(move || {
-        let st = st;
-        // SAFETY: a grace period has passed since it was unreachable.
-        unsafe { st.0.free() }
-    });
+    rcu.call_rcu_sized(
+        move || {
+            let st = st;
+            // SAFETY: a grace period has passed since it was unreachable.
+            unsafe { st.0.free() }
+        },
+        bytes,
+    );
 }
 
 impl<T, const S: bool> Drop for Index<T, S> {

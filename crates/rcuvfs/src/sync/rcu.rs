@@ -88,6 +88,10 @@ use std::sync::Mutex as DeferMutex;
 #[cfg(not(any(loom, feature = "tsan")))]
 const SHARD_BATCH: usize = 2048;
 
+/// Bytes of retired memory at which a shard hands its list over (1 MiB).
+#[cfg(not(any(loom, feature = "tsan")))]
+pub const SHARD_BYTES: usize = 1 << 20;
+
 /// The fewest objects a shard gathers before a hand-over.
 #[cfg(not(any(loom, feature = "tsan")))]
 const SHARD_BATCH_MIN: usize = 512;
@@ -136,6 +140,8 @@ struct Shard {
 #[derive(Default)]
 struct Gens {
     current: u64,
+    /// Bytes the listed objects free, about (`call_rcu_sized`).
+    pending_bytes: usize,
     /// Batches (not direct) handed over and not yet freed, by generation.
     outstanding: std::collections::BTreeMap<u64, usize>,
 }
@@ -224,6 +230,7 @@ unsafe fn batch_done(b: *mut Batch, _: &Collector) {
 #[cfg(not(any(loom, feature = "tsan")))]
 fn take_for_hand(pending: &mut Vec<Deferred>, gens: &mut Gens) -> (Vec<Deferred>, u64) {
     let g = gens.current;
+    gens.pending_bytes = 0;
     *gens.outstanding.entry(g).or_default() += pending.len().div_ceil(ENTRY);
     let cap = pending.capacity();
     (core::mem::replace(pending, Vec::with_capacity(cap)), g)
@@ -423,9 +430,19 @@ impl Rcu {
     /// now has ended (`call_rcu`). The caller must already have made the
     /// object `f` frees unreachable for new readers.
     pub fn call_rcu(&self, f: impl FnOnce() + Send + 'static) {
+        self.call_rcu_sized(f, 0);
+    }
+
+    /// [`call_rcu`](Self::call_rcu) for a callback that frees `bytes` of
+    /// memory: a shard hands its list over once what it holds adds up to
+    /// [`SHARD_BYTES`], whatever the count (an index table replaced by a
+    /// larger one must not wait for two thousand other retirements).
+    pub fn call_rcu_sized(&self, f: impl FnOnce() + Send + 'static, bytes: usize) {
         let cb: *mut Callback = Box::into_raw(Box::new(Box::new(f)));
         #[cfg(not(any(loom, feature = "tsan")))]
-        self.defer(Deferred { ptr: cb as *mut (), free: run_callback });
+        self.defer(Deferred { ptr: cb as *mut (), free: run_callback }, bytes);
+        #[cfg(any(loom, feature = "tsan"))]
+        let _ = bytes;
         #[cfg(any(loom, feature = "tsan"))]
         {
             // SAFETY: `cb` came from `Box::into_raw` just above.
@@ -442,7 +459,7 @@ impl Rcu {
     pub unsafe fn retire_box<T: Send + 'static>(&self, ptr: *mut T) {
         // Straight into the list: no closure to allocate.
         #[cfg(not(any(loom, feature = "tsan")))]
-        self.defer(Deferred { ptr: ptr as *mut (), free: free_box::<T> });
+        self.defer(Deferred { ptr: ptr as *mut (), free: free_box::<T> }, std::mem::size_of::<T>());
         #[cfg(any(loom, feature = "tsan"))]
         {
             struct SendPtr<T>(*mut T);
@@ -474,7 +491,7 @@ impl Rcu {
 
     /// Lists an object to free after a grace period.
     #[cfg(not(any(loom, feature = "tsan")))]
-    fn defer(&self, d: Deferred) {
+    fn defer(&self, d: Deferred, bytes: usize) {
         if self.dropping.load(std::sync::atomic::Ordering::Relaxed) {
             // SAFETY: no reader is left (see `dropping`).
             unsafe { (d.free)(d.ptr) };
@@ -483,7 +500,9 @@ impl Rcu {
         let sh = self.shard();
         let full = sh.with(|pending, gens| {
             pending.push(d);
-            (pending.len() >= self.shard_batch()).then(|| take_for_hand(pending, gens))
+            gens.pending_bytes += bytes;
+            (pending.len() >= self.shard_batch() || gens.pending_bytes >= SHARD_BYTES)
+                .then(|| take_for_hand(pending, gens))
         });
         if let Some((items, gen)) = full {
             self.hand(sh, items, false, gen);
@@ -568,7 +587,10 @@ impl Rcu {
                 return;
             }
             let sh = self.shard();
-            let items = sh.with(|pending, _| core::mem::take(pending));
+            let items = sh.with(|pending, gens| {
+                gens.pending_bytes = 0;
+                core::mem::take(pending)
+            });
             self.hand(sh, items, true, 0);
             self.drain(sh);
         }
