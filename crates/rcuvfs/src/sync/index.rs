@@ -1049,15 +1049,22 @@ fn wait_unlocked(s: &AtomicUsize, spins: &mut u32) {
 fn wait_closing(counts: &AtomicU64) {
     let mut spins = 0;
     while counts.load(Ordering::SeqCst) & CLOSING != 0 {
-        if spins < SPIN_LIMIT {
-            spins += 1;
-            spin_hint();
-        } else {
-            #[cfg(not(loom))]
-            std::thread::yield_now();
-            #[cfg(loom)]
-            spin_hint();
-        }
+        spin_then_yield(&mut spins);
+    }
+}
+
+/// One step of a wait on a state another thread leaves within a few of its
+/// own steps: spin a while, then yield the CPU (its owner may have been
+/// preempted), never park.
+fn spin_then_yield(spins: &mut u32) {
+    if *spins < SPIN_LIMIT {
+        *spins += 1;
+        spin_hint();
+    } else {
+        #[cfg(not(loom))]
+        std::thread::yield_now();
+        #[cfg(loom)]
+        spin_hint();
     }
 }
 
@@ -1073,18 +1080,8 @@ fn passed_intact(slots: &[AtomicUsize], from: usize, to: usize) -> bool {
             // SeqCst: the vacate protocol (module doc).
             match s.load(Ordering::SeqCst) & PTR {
                 EMPTY => return false,
-                VACATING => {
-                    // Its vacater decides within a few loads.
-                    if spins < SPIN_LIMIT {
-                        spins += 1;
-                        spin_hint();
-                    } else {
-                        #[cfg(not(loom))]
-                        std::thread::yield_now();
-                        #[cfg(loom)]
-                        spin_hint();
-                    }
-                }
+                // Its vacater decides within a few loads.
+                VACATING => spin_then_yield(&mut spins),
                 _ => break,
             }
         }
