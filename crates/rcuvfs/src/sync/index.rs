@@ -605,8 +605,8 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
                 let a = ahead.load(Ordering::Relaxed) & PTR;
                 // Only an entry's: a prefetch of an empty slot's 0 or a
                 // tombstone's 8 is a page walk that ends in no page, which
-                // costs on some CPUs (AMD EPYC here: half the scan's time
-                // in a table half empty).
+                // costs on some CPUs (AMD EPYC here: three quarters of the
+                // scan's samples, in tables kept half empty).
                 if is_entry(a) {
                     crate::sync::atomic::prefetch(a as *const T);
                 }

@@ -372,10 +372,7 @@ impl Rcu {
             let g = self.collector.enter();
             // One load of a line that changes only when a thread with a
             // higher id than any before enters: the padding's bound.
-            let id = g.thread_id();
-            if id >= self.peak.load(std::sync::atomic::Ordering::Relaxed) {
-                self.note_thread(id);
-            }
+            self.cover(g.thread_id());
             g
         };
         RcuGuard {
@@ -475,13 +472,22 @@ impl Rcu {
         }
     }
 
-    /// Raises [`peak`](Self::peak) to cover thread `id`: out of line, so
-    /// that the read-side entry stays a load and a branch (inlined, the
+    /// Makes [`peak`](Self::peak) cover seize thread `id`: a load and a
+    /// branch; the raise, rare, is out of line (inlined, its
     /// compare-and-swap loop cost the cached stat about 10%).
+    #[cfg(not(any(loom, feature = "tsan")))]
+    #[inline(always)]
+    fn cover(&self, id: usize) {
+        // Relaxed: a bound on thread ids, read only to size the padding.
+        if id >= self.peak.load(std::sync::atomic::Ordering::Relaxed) {
+            self.raise_peak(id);
+        }
+    }
+
     #[cfg(not(any(loom, feature = "tsan")))]
     #[cold]
     #[inline(never)]
-    fn note_thread(&self, id: usize) {
+    fn raise_peak(&self, id: usize) {
         self.peak.fetch_max(id + 1, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -526,12 +532,8 @@ impl Rcu {
     /// [`ENTRY`] objects, padding, and a reclamation attempt (module doc).
     #[cfg(not(any(loom, feature = "tsan")))]
     fn hand(&self, sh: &Shard, mut items: Vec<Deferred>, direct: bool, gen: u64) {
-        use std::sync::atomic::Ordering;
         let g = self.collector.enter();
-        let id = g.thread_id();
-        if id >= self.peak.load(Ordering::Relaxed) {
-            self.note_thread(id);
-        }
+        self.cover(g.thread_id());
         while !items.is_empty() {
             let rest = items.split_off(items.len().min(ENTRY));
             let b = Box::into_raw(Box::new(Batch { items, next: std::ptr::null_mut(), home: sh, direct, gen }));
