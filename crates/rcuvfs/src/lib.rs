@@ -24,8 +24,6 @@ pub mod sync;
 pub mod cred;
 pub mod dcache;
 pub mod error;
-#[cfg(not(loom))]
-pub mod file;
 pub mod filemap;
 pub mod fs;
 pub(crate) mod inode;
@@ -35,6 +33,9 @@ pub mod namei;
 pub mod time;
 #[cfg(not(loom))]
 pub mod vfs;
+/// [`File`] and [`OpenOptions`] (at `vfs::file`; this path is kept).
+#[cfg(not(loom))]
+pub use vfs::file;
 
 #[cfg(not(loom))]
 pub use {

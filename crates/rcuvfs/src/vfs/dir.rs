@@ -22,9 +22,14 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
+use super::touch_atime;
 use super::{Entry, Metadata, Vfs};
+use crate::cred::{MAY_EXEC, MAY_READ};
 use crate::error::{errno_of, Result, ENOENT};
+use crate::error::{fail, EACCES, ENOTDIR};
+use crate::fs::FileSystem;
 use crate::fs::{self, Attr, FileType, Ino};
+use crate::inode::Inode;
 
 /// What every entry of one listing shares: the view that opened it (its
 /// credentials decide what `metadata` may see), the directory's handle and
@@ -306,14 +311,14 @@ impl Vfs {
     /// Lists the directory behind a handle (`fdopendir`); entries' paths
     /// start from `dir`'s name as the listing found it.
     pub fn read_dir_of(&self, dir: &Entry) -> Result<ReadDir> {
-        dir.check_same_vfs(&self.shared)?;
+        dir.check_same_vfs(&self.state)?;
         self.read_dir_of_at(dir.clone(), PathBuf::new())
     }
 
     fn read_dir_of_at(&self, dir: Entry, path: PathBuf) -> Result<ReadDir> {
-        dir.check_same_vfs(&self.shared)?;
+        dir.check_same_vfs(&self.state)?;
         self.check_listable(dir.inode())?;
-        let vfs = Vfs { shared: self.shared.clone(), cred: self.cred.clone(), cwd: None, umask: self.umask };
+        let vfs = Vfs { state: self.state.clone(), cred: self.cred.clone(), cwd: None, umask: self.umask };
         Ok(ReadDir {
             listing: Arc::new(Listing { vfs, dir, path }),
             batch: Vec::new().into_iter(),
@@ -461,5 +466,46 @@ impl Drop for InProgress<'_> {
         if p.abandoned || (p.listing == 0 && p.dirs.is_empty()) {
             self.0.more.notify_all();
         }
+    }
+}
+
+impl Vfs {
+    /// Lists directory `dir` from cookie `offset` (FUSE's readdir).
+    pub fn read_dir_at(&self, dir: &Entry, offset: u64) -> Result<Vec<crate::fs::DirEntry>> {
+        dir.check_same_vfs(&self.state)?;
+        self.check_listable(dir.inode())?;
+        self.readdir_batch_with(dir.inode(), |fs| fs.readdir(dir.inode().ino, offset))
+    }
+
+    /// May this view list `inode` (`opendir`'s checks)?
+    fn check_listable(&self, inode: &Inode) -> Result<()> {
+        if inode.kind != FileType::Dir {
+            return fail(ENOTDIR);
+        }
+        if !self.cred.may(&inode.access_attr(), MAY_READ) {
+            return fail(EACCES);
+        }
+        Ok(())
+    }
+
+    /// The entries after `offset` of a directory already checked, with
+    /// the attributes the filesystem lists (`getdents`; it updates the
+    /// directory's atime). The attributes are kept only where this view
+    /// may look the names up (search permission, as `fstatat` needs).
+    fn readdir_batch_plus(&self, inode: &Inode, offset: u64) -> Result<Vec<(crate::fs::DirEntry, Option<Attr>)>> {
+        let mut out = self.readdir_batch_with(inode, |fs| fs.readdir_plus(inode.ino, offset))?;
+        if out.iter().any(|(_, a)| a.is_some()) && !self.cred.may(&inode.access_attr(), MAY_EXEC) {
+            out.iter_mut().for_each(|(_, a)| *a = None);
+        }
+        Ok(out)
+    }
+
+    /// One `getdents` of a directory already checked, by `read`: in the
+    /// `global` mode under the global lock; it updates the atime.
+    fn readdir_batch_with<T>(&self, inode: &Inode, read: impl FnOnce(&dyn FileSystem) -> Result<T>) -> Result<T> {
+        let _g = self.state.global();
+        let out = read(inode.fs())?;
+        touch_atime(&self.state, inode);
+        Ok(out)
     }
 }

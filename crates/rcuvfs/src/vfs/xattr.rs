@@ -108,7 +108,7 @@ impl Vfs {
 
     /// `fgetxattr` on a handle.
     pub fn get_xattr_entry(&self, entry: &Entry, name: impl AsRef<OsStr>) -> Result<Vec<u8>> {
-        entry.check_same_vfs(&self.shared)?;
+        entry.check_same_vfs(&self.state)?;
         let name = name.as_ref().as_bytes();
         let ns = namespace(name)?;
         let inode = entry.inode();
@@ -124,13 +124,13 @@ impl Vfs {
         value: impl AsRef<[u8]>,
         how: XattrSet,
     ) -> Result<()> {
-        entry.check_same_vfs(&self.shared)?;
+        entry.check_same_vfs(&self.state)?;
         let (name, value) = (name.as_ref().as_bytes(), value.as_ref());
         let ns = namespace(name)?;
         if value.len() > XATTR_SIZE_MAX {
             return fail(E2BIG);
         }
-        let _g = self.shared.global();
+        let _g = self.state.global();
         let inode = entry.inode();
         self.xattr_permission(ns, &inode.attr(), MAY_WRITE)?;
         let fs = inode.fs();
@@ -143,7 +143,7 @@ impl Vfs {
     /// only for root), in the filesystem's order. E2BIG if they do not fit
     /// in `XATTR_LIST_MAX` bytes.
     pub fn list_xattr_entry(&self, entry: &Entry) -> Result<Vec<OsString>> {
-        entry.check_same_vfs(&self.shared)?;
+        entry.check_same_vfs(&self.state)?;
         let inode = entry.inode();
         let root = self.cred.is_root();
         let names: Vec<OsString> = inode
@@ -165,10 +165,10 @@ impl Vfs {
 
     /// `fremovexattr` on a handle.
     pub fn remove_xattr_entry(&self, entry: &Entry, name: impl AsRef<OsStr>) -> Result<()> {
-        entry.check_same_vfs(&self.shared)?;
+        entry.check_same_vfs(&self.state)?;
         let name = name.as_ref().as_bytes();
         let ns = namespace(name)?;
-        let _g = self.shared.global();
+        let _g = self.state.global();
         let inode = entry.inode();
         self.xattr_permission(ns, &inode.attr(), MAY_WRITE)?;
         let fs = inode.fs();

@@ -12,7 +12,7 @@ use crate::error::{fail, Result, EBADF, EINVAL, EISDIR};
 use crate::fs::{FileType, Ino, SetAttr, WritePos};
 use crate::inode::Inode;
 use crate::mount::Mount;
-use crate::vfs::{touch_atime, Metadata, SharedRef};
+use crate::vfs::{touch_atime, Metadata, StateRef};
 
 /// How to open a file, as `std::fs::OpenOptions` (plus `mode` and
 /// `nofollow`).
@@ -137,7 +137,7 @@ impl OpenOptions {
 
 /// An open file.
 pub struct File {
-    shared: SharedRef,
+    state: StateRef,
     /// Counted: `File::new` is handed a reference, `Drop` returns it.
     inode: *const Inode,
     /// The mount the file was opened in (counted, like `inode`): an open
@@ -153,9 +153,9 @@ pub struct File {
 
 impl File {
     /// The caller passes one reference on `inode` to the file.
-    pub(crate) fn new(shared: SharedRef, mnt: *const Mount, inode: &Inode, opts: &OpenOptions) -> File {
+    pub(crate) fn new(state: StateRef, mnt: *const Mount, inode: &Inode, opts: &OpenOptions) -> File {
         File {
-            shared,
+            state,
             inode,
             mnt,
             ino: inode.ino,
@@ -214,7 +214,7 @@ impl File {
             Some(pc) => pc.read(offset, buf),
             None => self.inode().fs().read(self.ino, offset, buf)?,
         };
-        touch_atime(&self.shared, self.inode());
+        touch_atime(&self.state, self.inode());
         Ok(n)
     }
 
@@ -301,7 +301,7 @@ impl Seek for File {
 
 impl Drop for File {
     fn drop(&mut self) {
-        let dc = &self.shared.dc;
+        let dc = &self.state.dc;
         // SAFETY: the file owns these references; the inode's goes first,
         // as the mount's may be the last that keeps its filesystem.
         unsafe {

@@ -1,0 +1,259 @@
+//! Creating names: mkdir, mknod, symlink, link (and `create_dir_all`).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::{bytes, Begun, Entry, Start, Vfs};
+use crate::cred::{MAY_EXEC, MAY_WRITE};
+use crate::dcache::Dentry;
+use crate::error::{errno_of, fail, Result, EACCES, EEXIST, EINVAL, ENOENT, EPERM, EXDEV};
+use crate::fs::{Attr, FileSystem, FileType, Ino, Owner};
+use crate::mount::Mount;
+use crate::namei::{check_name, check_path};
+
+impl Vfs {
+    // ---- creating names ----
+
+    /// The owner and permission bits of a new inode in `dir` (BSD group
+    /// semantics under a set-group-id directory).
+    pub(super) fn new_owner(&self, dir_attr: &Attr, kind: FileType, perm: u32) -> (Owner, u32) {
+        let cred = &*self.cred;
+        if dir_attr.perm & libc::S_ISGID != 0 {
+            let perm = if kind == FileType::Dir { perm | libc::S_ISGID } else { perm };
+            (Owner { uid: cred.uid, gid: dir_attr.gid }, perm)
+        } else {
+            (Owner { uid: cred.uid, gid: cred.gid }, perm)
+        }
+    }
+
+    /// Write and search permission on a directory (`may_create`).
+    pub(super) fn may_create(&self, dir: &Dentry) -> Result<Attr> {
+        let a = dir.inode().expect("positive directory").access_attr();
+        if !self.cred.may(&a, MAY_WRITE | MAY_EXEC) {
+            return fail(EACCES);
+        }
+        Ok(a)
+    }
+
+    /// Records a name the filesystem just created in `dir` for the negative
+    /// dentry `d`, and refreshes the directory's cached attributes.
+    pub(super) fn instantiate(&self, dir: &Dentry, d: &Dentry, attr: &Attr) -> Result<()> {
+        let dc = self.dc();
+        let ip = dir.sb().iget(attr, true, &dc.counters)?;
+        dc.d_instantiate(d, ip);
+        let di = dir.inode().expect("positive directory");
+        di.refresh(di.fs());
+        Ok(())
+    }
+
+    /// The common path of mkdir, mknod, symlink: the name must not exist.
+    fn create_node(
+        &self,
+        start: Start,
+        path: &[u8],
+        kind: FileType,
+        make: impl Fn(&dyn FileSystem, Ino, &[u8], Owner, u32) -> Result<Attr>,
+        perm: u32,
+    ) -> Result<()> {
+        self.retry_estale(|| self.create_node_once(start, path, kind, &make, perm))
+    }
+
+    fn create_node_once(
+        &self,
+        start: Start,
+        path: &[u8],
+        kind: FileType,
+        make: &impl Fn(&dyn FileSystem, Ino, &[u8], Owner, u32) -> Result<Attr>,
+        perm: u32,
+    ) -> Result<()> {
+        check_path(path)?;
+        let _g = self.state.global();
+        let Begun::Named(n) = self.begin_named(start, path)? else {
+            return fail(EEXIST);
+        };
+        if n.child.inode().is_some() {
+            return fail(EEXIST);
+        }
+        if n.trailing && kind != FileType::Dir {
+            return fail(ENOENT);
+        }
+        let dir = n.dir();
+        let dir_attr = self.may_create(dir)?;
+        let (owner, perm) = self.new_owner(&dir_attr, kind, perm);
+        let attr = make(dir.sb().fs.as_ref(), dir_attr.ino, n.name, owner, perm)?;
+        self.instantiate(dir, &n.child, &attr)
+    }
+
+    /// `mkdir` with mode 0o777 less the umask.
+    pub fn create_dir(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.create_dir_mode(path, 0o777)
+    }
+
+    /// `mkdir` with `mode` (less the umask).
+    pub fn create_dir_mode(&self, path: impl AsRef<Path>, mode: u32) -> Result<()> {
+        self.mkdir_from(Start::Cwd, bytes(path.as_ref()), mode)
+    }
+
+    /// `mkdirat`.
+    pub fn create_dir_at(&self, dir: &Entry, path: impl AsRef<Path>, mode: u32) -> Result<()> {
+        self.mkdir_from(Start::At(dir), bytes(path.as_ref()), mode)
+    }
+
+    fn mkdir_from(&self, start: Start, path: &[u8], mode: u32) -> Result<()> {
+        let perm = mode & 0o7777 & !self.umask;
+        self.create_node(
+            start,
+            path,
+            FileType::Dir,
+            |fs, dir, name, owner, perm| fs.mkdir(dir, name, perm, owner),
+            perm,
+        )
+    }
+
+    /// Creates `path` and every missing ancestor. May stop partway, leaving
+    /// the directories it made (as `std::fs::create_dir_all`).
+    pub fn create_dir_all(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        if path.as_os_str().is_empty() {
+            return Ok(());
+        }
+        match self.create_dir(path) {
+            Ok(()) => return Ok(()),
+            Err(e) if errno_of(&e) == ENOENT => {}
+            Err(e) => {
+                return if self.metadata(path).map(|m| m.is_dir()).unwrap_or(false) { Ok(()) } else { Err(e) };
+            }
+        }
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => self.create_dir_all(p)?,
+            _ => return fail(ENOENT),
+        }
+        match self.create_dir(path) {
+            Ok(()) => Ok(()),
+            Err(_) if self.metadata(path).map(|m| m.is_dir()).unwrap_or(false) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `mknodat` for a regular file, FIFO, socket or device (devices need
+    /// root: EPERM).
+    pub fn mknod_at(&self, dir: &Entry, path: impl AsRef<Path>, kind: FileType, mode: u32, rdev: u64) -> Result<()> {
+        if matches!(kind, FileType::Dir | FileType::Symlink) {
+            return fail(EINVAL);
+        }
+        if matches!(kind, FileType::CharDevice | FileType::BlockDevice) && !self.cred.is_root() {
+            return fail(EPERM);
+        }
+        let perm = mode & 0o7777 & !self.umask;
+        self.create_node(
+            Start::At(dir),
+            bytes(path.as_ref()),
+            kind,
+            |fs, d, name, owner, perm| fs.mknod(d, name, kind, perm, rdev, owner),
+            perm,
+        )
+    }
+
+    /// `symlink(target, link)`: creates `link` pointing at `target`.
+    pub fn symlink(&self, target: impl AsRef<Path>, link: impl AsRef<Path>) -> Result<()> {
+        self.symlink_from(bytes(target.as_ref()), Start::Cwd, bytes(link.as_ref()))
+    }
+
+    /// `symlinkat`.
+    pub fn symlink_at(&self, target: impl AsRef<Path>, dir: &Entry, link: impl AsRef<Path>) -> Result<()> {
+        self.symlink_from(bytes(target.as_ref()), Start::At(dir), bytes(link.as_ref()))
+    }
+
+    fn symlink_from(&self, target: &[u8], start: Start, link: &[u8]) -> Result<()> {
+        check_path(target)?;
+        self.create_node(
+            start,
+            link,
+            FileType::Symlink,
+            |fs, d, name, owner, _| fs.symlink(d, name, target, owner),
+            0o777,
+        )
+    }
+
+    /// `link(src, dst)`: a new name for `src` (not followed if a symlink).
+    pub fn hard_link(&self, src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<()> {
+        self.link_from(Start::Cwd, bytes(src.as_ref()), Start::Cwd, bytes(dst.as_ref()))
+    }
+
+    /// `linkat`.
+    pub fn hard_link_at(
+        &self,
+        src_dir: &Entry,
+        src: impl AsRef<Path>,
+        dst_dir: &Entry,
+        dst: impl AsRef<Path>,
+    ) -> Result<()> {
+        self.link_from(Start::At(src_dir), bytes(src.as_ref()), Start::At(dst_dir), bytes(dst.as_ref()))
+    }
+
+    /// `linkat(fd, "", dir, name, AT_EMPTY_PATH)`: a new name in `dir` for
+    /// the object behind `src` (FUSE's link).
+    pub fn link_entry(&self, src: &Entry, dir: &Entry, name: impl AsRef<OsStr>) -> Result<()> {
+        src.check_same_vfs(&self.state)?;
+        let name = name.as_ref().as_bytes();
+        check_name(name)?;
+        let _g = self.state.global();
+        self.link_to(src.mount(), src.dentry(), Start::At(dir), name)
+    }
+
+    fn link_from(&self, src_start: Start, src: &[u8], dst_start: Start, dst: &[u8]) -> Result<()> {
+        check_path(src)?;
+        check_path(dst)?;
+        let _g = self.state.global();
+        let (mut w, s) = self.begin(src_start, src)?;
+        let src_d = self.dc().walk(&mut w, s, src, false)?;
+        self.link_to(w.mnt(), &src_d, dst_start, dst)
+    }
+
+    fn link_to(&self, src_mnt: &Mount, src_d: &Dentry, dst_start: Start, dst: &[u8]) -> Result<()> {
+        self.retry_estale(|| self.link_to_once(src_mnt, src_d, dst_start, dst))
+    }
+
+    fn link_to_once(&self, src_mnt: &Mount, src_d: &Dentry, dst_start: Start, dst: &[u8]) -> Result<()> {
+        let n = match self.begin_named(dst_start, dst)? {
+            Begun::Named(n) if std::ptr::eq(src_mnt, n.w.mnt()) => n,
+            Begun::Named(_) => return fail(EXDEV),
+            Begun::Other(_) => {
+                // "." or ".." or "/": the walk's mount decides EXDEV first,
+                // as before.
+                let (w, _) = self.begin_parent(dst_start, dst)?;
+                return fail(if std::ptr::eq(src_mnt, w.mnt()) { EEXIST } else { EXDEV });
+            }
+        };
+        if n.child.inode().is_some() {
+            return fail(EEXIST);
+        }
+        if n.trailing {
+            return fail(ENOENT);
+        }
+        let (name, dir) = (n.name, n.dir());
+        let dir_attr = self.may_create(dir)?;
+        let src_inode = src_d.inode().expect("positive");
+        if src_inode.kind == FileType::Dir {
+            return fail(EPERM);
+        }
+        if src_inode.attr().nlink == 0 {
+            return fail(ENOENT); // linkat of an unlinked file (not O_TMPFILE)
+        }
+        let attr = src_inode.fs().link(src_inode.ino, dir_attr.ino, name)?;
+        self.instantiate(dir, &n.child, &attr)
+    }
+
+    /// `faccessat` on a handle (FUSE's access): `mask` is a sum of
+    /// `libc::R_OK`, `W_OK` and `X_OK` (`F_OK`, 0, checks existence only).
+    pub fn access(&self, entry: &Entry, mask: u32) -> Result<()> {
+        entry.check_same_vfs(&self.state)?;
+        // R_OK, W_OK and X_OK are 4, 2 and 1, as MAY_READ, MAY_WRITE, MAY_EXEC.
+        if self.cred.may(&entry.inode().access_attr(), mask & 7) {
+            Ok(())
+        } else {
+            fail(EACCES)
+        }
+    }
+}

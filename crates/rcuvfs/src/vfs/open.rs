@@ -1,0 +1,201 @@
+//! Opening files (`open`, `openat`, `O_CREAT`), whole-file reads and
+//! writes, and the atime update after a read.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use super::{bytes, Begun, DirPin, Entry, Named, Start, StateRef, Vfs, VfsState};
+use crate::cred::{MAY_READ, MAY_WRITE};
+use crate::dcache::DRef;
+use crate::error::{fail, Result, EACCES, EEXIST, EINVAL, EISDIR, ELOOP};
+use crate::file::{File, OpenOptions};
+use crate::fs::memfs::AtimePolicy;
+use crate::fs::{FileType, SetAttr};
+use crate::inode::Inode;
+use crate::mount::Mount;
+use crate::namei::{check_path, RefWalk};
+
+impl Vfs {
+    // ---- files ----
+
+    /// Opens `path` with `opts` (`open(2)`).
+    pub fn open(&self, path: impl AsRef<Path>, opts: &OpenOptions) -> Result<File> {
+        self.open_from(Start::Cwd, bytes(path.as_ref()), opts)
+    }
+
+    /// `openat`.
+    pub fn open_at(&self, dir: &Entry, path: impl AsRef<Path>, opts: &OpenOptions) -> Result<File> {
+        self.open_from(Start::At(dir), bytes(path.as_ref()), opts)
+    }
+
+    /// Opens the object behind `entry` (FUSE's open): the permission checks
+    /// of `open`, without a path.
+    pub fn open_entry(&self, entry: &Entry, opts: &OpenOptions) -> Result<File> {
+        entry.check_same_vfs(&self.state)?;
+        opts.validate()?;
+        let _g = self.state.global();
+        self.finish_open(entry.mount(), entry.inode(), opts, false)
+    }
+
+    fn open_from(&self, start: Start, path: &[u8], opts: &OpenOptions) -> Result<File> {
+        self.retry_estale(|| self.open_once(start, path, opts))
+    }
+
+    fn open_once(&self, start: Start, path: &[u8], opts: &OpenOptions) -> Result<File> {
+        opts.validate()?;
+        check_path(path)?;
+        let _g = self.state.global();
+        let (w, d, created) = if opts.create_any() {
+            self.open_create(self.begin_named(start, path)?, opts)?
+        } else {
+            let (w, d) = self.begin_walk(start, path, !opts.nofollow)?;
+            (w, d, false)
+        };
+        self.finish_open(w.mnt(), d.inode().expect("positive"), opts, created)
+    }
+
+    /// Finds or creates the file to open (`path_openat`'s walk).
+    fn open_walk<'a>(
+        &'a self,
+        mut w: RefWalk<'a>,
+        start: DRef<'a>,
+        path: &[u8],
+        opts: &OpenOptions,
+    ) -> Result<(RefWalk<'a>, DRef<'a>, bool)> {
+        let dc = self.dc();
+        if !opts.create_any() {
+            let d = dc.walk(&mut w, start, path, !opts.nofollow)?;
+            return Ok((w, d, false));
+        }
+        let p = dc.walk_parent(&mut w, start, path)?;
+        self.open_create(self.lock_last(w, p)?, opts)
+    }
+
+    /// The last component of an `O_CREAT` open: finds or creates it.
+    /// Returns the walk (its mount), the file and whether it was created.
+    fn open_create<'a>(&'a self, b: Begun<'a, '_>, opts: &OpenOptions) -> Result<(RefWalk<'a>, DRef<'a>, bool)> {
+        let dc = self.dc();
+        let Begun::Named(n) = b else {
+            return fail(EISDIR);
+        };
+        if n.trailing {
+            return fail(EISDIR);
+        }
+        if let Some(ei) = n.child.inode() {
+            if opts.create_new {
+                return fail(EEXIST);
+            }
+            if ei.kind == FileType::Symlink {
+                if opts.nofollow {
+                    return fail(ELOOP);
+                }
+                let Named { child, _lock, dir, mut w, .. } = n;
+                let target = dc.link_target(&mut w, &child)?;
+                // The walk goes on from the directory: a reference of its
+                // own now (the link's keeps it until then).
+                let dir = match dir {
+                    DirPin::Held(d) => d,
+                    DirPin::ByChild(p) => {
+                        // SAFETY: pinned by `child` under the name lock,
+                        // both still held.
+                        let d = unsafe { &*p };
+                        d.lockref().get();
+                        // SAFETY: the reference just taken.
+                        unsafe { DRef::adopt(dc, d) }
+                    }
+                };
+                drop(child);
+                drop(_lock);
+                return self.open_walk(w, dir, &target, opts);
+            }
+            let Named { child, w, .. } = n;
+            return Ok((w, child, false));
+        }
+        let dir = n.dir();
+        let dir_inode = dir.inode().expect("positive directory");
+        let dir_attr = self.may_create(dir)?;
+        let perm = opts.mode & 0o7777 & !self.umask;
+        let (owner, perm) = self.new_owner(&dir_attr, FileType::File, perm);
+        let attr = dir_inode.fs().create(dir_attr.ino, n.name, perm, owner)?;
+        self.instantiate(dir, &n.child, &attr)?;
+        let Named { child, w, .. } = n;
+        Ok((w, child, true))
+    }
+
+    fn finish_open(&self, mnt: &Mount, inode: &Inode, opts: &OpenOptions, created: bool) -> Result<File> {
+        let attr = inode.attr();
+        if attr.kind == FileType::Symlink {
+            return fail(ELOOP); // only reachable with nofollow
+        }
+        let writes = opts.writes();
+        if attr.kind == FileType::Dir && (writes || opts.truncate) {
+            return fail(EISDIR);
+        }
+        if !created {
+            let mut mask = 0;
+            if opts.read {
+                mask |= MAY_READ;
+            }
+            if writes || opts.truncate {
+                mask |= MAY_WRITE;
+            }
+            if !self.cred.may(&attr, mask) {
+                return fail(EACCES);
+            }
+        }
+        if opts.truncate && attr.kind == FileType::File && !created {
+            let a = inode.fs().setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
+            inode.set_attr(&a);
+        }
+        inode.hold();
+        let mnt = self.dc().mntget(mnt).into_raw();
+        Ok(File::new(StateRef::new(&self.state), mnt, inode, opts))
+    }
+
+    /// Reads a whole file.
+    pub fn read(&self, path: impl AsRef<Path>) -> Result<Vec<u8>> {
+        let mut f = self.open(path, OpenOptions::new().read(true))?;
+        let mut out = Vec::new();
+        f.read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    /// Reads a whole file as UTF-8.
+    pub fn read_to_string(&self, path: impl AsRef<Path>) -> Result<String> {
+        String::from_utf8(self.read(path)?).map_err(|_| crate::error::err(EINVAL))
+    }
+
+    /// Writes a whole file, creating or truncating it.
+    pub fn write(&self, path: impl AsRef<Path>, contents: impl AsRef<[u8]>) -> Result<()> {
+        let mut f = self.open(path, OpenOptions::new().write(true).create(true).truncate(true))?;
+        f.write_all(contents.as_ref())
+    }
+}
+
+/// After a read: if the atime policy says atime is due, update it (through
+/// the filesystem for page-cache reads, which bypass it; the filesystem's
+/// own `read` updated it otherwise) and refresh the cached attributes. A
+/// read of a hot file under relatime stores nothing.
+pub(crate) fn touch_atime(state: &VfsState, inode: &Inode) {
+    let due = match state.atime {
+        AtimePolicy::Noatime => false,
+        AtimePolicy::Strict => true,
+        AtimePolicy::Relatime => {
+            let a = inode.attr();
+            let now = crate::time::now();
+            // As Linux's `atime_needs_update`: never when atime is already
+            // now (else every read in the clock tick of a write would write).
+            a.atime != now && (a.atime <= a.mtime || a.atime <= a.ctime || now.sec - a.atime.sec >= 24 * 3600)
+        }
+    };
+    if due {
+        // A page cache's reads never reach the filesystem, so it is told;
+        // so is a filesystem whose inodes the VFS copies (a passthrough's
+        // host sets atime itself and ignores it; a remote one, such as
+        // etcd, records it, else every read would find atime due again).
+        if inode.data_if_any().is_some() || !inode.is_owned() {
+            inode.fs().note_access(inode.ino);
+        }
+        inode.refresh(inode.fs());
+    }
+}

@@ -1,0 +1,199 @@
+//! How an operation begins: the walk to its start, the walk of an update
+//! to its last name (found and locked), and the retry of an update that a
+//! moved directory made stale.
+
+use super::{Entry, Start, Vfs};
+use crate::dcache::names::NameGuard;
+use crate::dcache::{name_hash, DRef, Dcache, Dentry};
+use crate::error::{errno_of, Result};
+use crate::mount::Mount;
+use crate::namei::{check_path, Last, Parent, RefWalk};
+
+/// How many times an update that answered ESTALE (a busy rename mutex or
+/// name lock) is tried again. Each try first waits for what was busy, so
+/// this bounds only a run of renames that keep winning the race: 4 lost
+/// 1 racing test in 100 (two clients renaming directories without pause);
+/// a try that still holds the rename mutex from the start would need no
+/// bound (not done).
+const ESTALE_RETRIES: usize = 64;
+
+/// The name lock of `name` in `dir`.
+pub(super) fn lock_name<'a>(dc: &'a Dcache, dir: &Dentry, name: &[u8]) -> NameGuard<'a> {
+    dc.names.lock(name_hash(dir as *const Dentry, name))
+}
+
+/// How an update holds the directory it works in.
+pub(super) enum DirPin<'a> {
+    /// By a reference of its own (the walk pinned the directory).
+    Held(DRef<'a>),
+    /// Through the name's dentry, whose reference on its parent keeps the
+    /// directory while the name is locked and the dentry held (see
+    /// `Dcache::walk_name_rcu`): no store on the directory's dentry.
+    ByChild(*const Dentry),
+}
+
+/// An update's last name, found and locked (the state `filename_create`
+/// and `do_unlinkat` reach in Linux): the name's dentry, positive or
+/// negative, with a reference; the name's lock; the directory; the walk.
+/// Fields drop in this order: the dentry, the lock, then the directory.
+pub(super) struct Named<'a, 'p> {
+    pub(super) child: DRef<'a>,
+    pub(super) _lock: NameGuard<'a>,
+    pub(super) dir: DirPin<'a>,
+    pub(super) name: &'p [u8],
+    /// The path ended in '/'.
+    pub(super) trailing: bool,
+    pub(super) w: RefWalk<'a>,
+}
+
+impl Named<'_, '_> {
+    pub(super) fn dir(&self) -> &Dentry {
+        match &self.dir {
+            DirPin::Held(d) => d,
+            // SAFETY: `child` is a child of this directory (checked under
+            // the name lock, which keeps it so) and holds a reference on
+            // it; both live as long as `self`.
+            DirPin::ByChild(p) => unsafe { &**p },
+        }
+    }
+}
+
+/// Where an update's walk ends: a name, locked, or ".", ".." or "/".
+pub(super) enum Begun<'a, 'p> {
+    Named(Named<'a, 'p>),
+    Other(Last<'p>),
+}
+
+impl Vfs {
+    /// The place a walk starts from (not counted).
+    pub(super) fn start_place<'a>(&'a self, start: Start<'a>) -> Result<(&'a Mount, &'a Dentry)> {
+        match start {
+            Start::Cwd => Ok(match &self.cwd {
+                Some(e) => (e.mount(), e.dentry()),
+                None => (self.dc().ns.root(), self.dc().root()),
+            }),
+            Start::At(e) => {
+                e.check_same_vfs(&self.state)?;
+                Ok((e.mount(), e.dentry()))
+            }
+        }
+    }
+
+    /// A REF-walk of `path` from `start`: the walk, holding its mount, and
+    /// a counted reference on its first dentry (the root for an absolute
+    /// path, else the start directory).
+    pub(super) fn begin<'a>(&'a self, start: Start<'a>, path: &[u8]) -> Result<(RefWalk<'a>, DRef<'a>)> {
+        let dc = self.dc();
+        if path.first() == Some(&b'/') {
+            return Ok((RefWalk::new(&self.cred, dc.root_mnt()), dc.root_ref()));
+        }
+        let (m, d) = self.start_place(start)?;
+        Ok((RefWalk::new(&self.cred, dc.mntget(m)), dc.dget(d)))
+    }
+
+    /// The walk of an update (create, unlink, rmdir, link, open with
+    /// `O_CREAT`) to its last name, locked: in RCU-walk with a reference
+    /// on the name's dentry alone where it is cached (`walk_name_rcu`),
+    /// else to the directory, pinned, then the name's lookup under its
+    /// lock.
+    pub(super) fn begin_named<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8]) -> Result<Begun<'a, 'p>> {
+        let dc = self.dc();
+        if self.state.mode.tries_rcu_walk() {
+            let (m, d) = self.start_place(start)?;
+            match dc.walk_name_rcu(&self.cred, m, d, path) {
+                Some(Err(e)) => return Err(e),
+                Some(Ok((w, dir, child, cseq, name, trailing))) => {
+                    let lock = dc.names.lock(name_hash(dir, name));
+                    // Still the dentry the walk found under `dir` (name,
+                    // parent and inode unchanged): then `dir` is pinned.
+                    if !child.seq.read_retry(cseq) {
+                        let dir = DirPin::ByChild(dir);
+                        return Ok(Begun::Named(Named { child, _lock: lock, dir, name, trailing, w }));
+                    }
+                }
+                None => {}
+            }
+        }
+        let (w, p) = self.begin_parent(start, path)?;
+        self.lock_last(w, p)
+    }
+
+    /// Locks the last name of a walk that pinned its directory, and looks
+    /// it up.
+    pub(super) fn lock_last<'a, 'p>(&'a self, w: RefWalk<'a>, p: Parent<'a, 'p>) -> Result<Begun<'a, 'p>> {
+        let dc = self.dc();
+        let Last::Normal(name) = p.last else {
+            return Ok(Begun::Other(p.last));
+        };
+        let lock = lock_name(dc, &p.dir, name);
+        let child = dc.lookup_locked(&p.dir, name, None)?;
+        Ok(Begun::Named(Named { child, _lock: lock, dir: DirPin::Held(p.dir), name, trailing: p.trailing, w }))
+    }
+
+    /// The parent walk of an update: RCU-walk, pinning only the directory
+    /// it ends in (in the modes that walk in RCU), else REF-walk.
+    pub(super) fn begin_parent<'a, 'p>(
+        &'a self,
+        start: Start<'a>,
+        path: &'p [u8],
+    ) -> Result<(RefWalk<'a>, Parent<'a, 'p>)> {
+        let dc = self.dc();
+        if self.state.mode.tries_rcu_walk() {
+            let (m, d) = self.start_place(start)?;
+            if let Some(r) = dc.walk_parent_rcu(&self.cred, m, d, path) {
+                return r;
+            }
+        }
+        let (mut w, s) = self.begin(start, path)?;
+        let p = dc.walk_parent(&mut w, s, path)?;
+        Ok((w, p))
+    }
+
+    /// A walk to a positive dentry that the caller keeps: RCU-walk, pinning
+    /// only what it finds (in the modes that walk in RCU), else REF-walk.
+    pub(super) fn begin_walk<'a>(
+        &'a self,
+        start: Start<'a>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<(RefWalk<'a>, DRef<'a>)> {
+        let dc = self.dc();
+        if self.state.mode.tries_rcu_walk() {
+            let (m, d) = self.start_place(start)?;
+            if let Some(r) = dc.walk_rcu_pinned(&self.cred, m, d, path, follow) {
+                return r;
+            }
+        }
+        let (mut w, s) = self.begin(start, path)?;
+        let d = dc.walk(&mut w, s, path, follow)?;
+        Ok((w, d))
+    }
+
+    pub(super) fn entry_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Entry> {
+        check_path(path)?;
+        let _g = self.state.global();
+        let (w, d) = self.begin_walk(start, path, follow)?;
+        Ok(Entry::from_ref(&self.state, self.dc().mntget(w.mnt()), d))
+    }
+
+    /// Runs an update again, a few times, while it answers ESTALE because
+    /// a lookup found a directory's dentry under another parent (moved
+    /// behind the cache, by another machine or on the host) and could not
+    /// move it: that needs the rename mutex and the old name's lock, which
+    /// a lookup holding name locks may only try. Each time, it first waits
+    /// for them (Linux's `retry_estale`). A filesystem's own ESTALE is
+    /// answered at once: nothing here would make a second try different,
+    /// and the first may have changed something.
+    pub(super) fn retry_estale<T>(&self, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+        for _ in 0..ESTALE_RETRIES {
+            match op() {
+                Err(e) if errno_of(&e) == libc::ESTALE => match crate::namei::took_rename_busy() {
+                    Some(wait) => self.dc().wait_for_move(wait),
+                    None => return Err(e),
+                },
+                r => return r,
+            }
+        }
+        op()
+    }
+}
