@@ -162,7 +162,7 @@ pub(crate) struct Inode {
     /// The first cached dentry that names this inode (Linux `i_dentry`, seed
     /// 003's figure 5: hard links are aliases); the rest follow through
     /// their `alias_next`. Under `times.alias_lock`.
-    alias_head: std::cell::UnsafeCell<*const crate::dcache::Dentry>,
+    alias_head: crate::sync::atomic::UnsafeCell<*const crate::dcache::Dentry>,
     /// Membership of the superblock's inode list.
     sb: Node,
 }
@@ -245,7 +245,7 @@ impl Inode {
             kind: a.kind,
             owned,
             attrs: SeqLock::new(),
-            alias_head: std::cell::UnsafeCell::new(ptr::null()),
+            alias_head: crate::sync::atomic::UnsafeCell::new(ptr::null()),
             times: Times::new(a),
             perm: AtomicU32::new(a.perm),
             nlink: AtomicU32::new(a.nlink),
@@ -604,7 +604,7 @@ impl Inode {
     pub(crate) fn with_aliases<R>(&self, f: impl FnOnce(&mut *const crate::dcache::Dentry) -> R) -> R {
         self.times.alias_lock.lock();
         // SAFETY: under the alias lock (a leaf: `f` takes no lock).
-        let r = f(unsafe { &mut *self.alias_head.get() });
+        let r = self.alias_head.with_mut(|p| f(unsafe { &mut *p }));
         // SAFETY: locked above.
         unsafe { self.times.alias_lock.unlock() };
         r

@@ -1,6 +1,6 @@
 //! The dentry: its layout (seed 002), flags, name, and counted references.
 
-use std::cell::UnsafeCell;
+use crate::sync::atomic::UnsafeCell;
 use std::ptr;
 
 use super::Dcache;

@@ -6,7 +6,7 @@ use super::dentry::{name_hash, same_name, DRef, Dentry, Name, HASHED};
 use super::names::NameLocks;
 use super::{Dcache, Spliced};
 use crate::inode::Inode;
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{cell_get, cell_set, Ordering};
 use crate::sync::index::{Index, InsertError, Probe};
 use crate::sync::{LockrefGuard, MutexGuard, RcuGuard};
 
@@ -248,7 +248,7 @@ impl Dcache {
             while let Some(x) = unsafe { d.as_ref() } {
                 out.push(d as usize);
                 // SAFETY: under the alias lock (the link's lock).
-                d = unsafe { *x.alias_next.get() };
+                d = unsafe { cell_get(&x.alias_next) };
             }
             out
         })
@@ -260,7 +260,7 @@ impl Dcache {
         if let Some(i) = unsafe { inode.as_ref() } {
             i.with_aliases(|head| {
                 // SAFETY: under the alias lock; `d` is on no list.
-                unsafe { *d.alias_next.get() = *head };
+                unsafe { cell_set(&d.alias_next, *head) };
                 *head = d;
             });
         }
@@ -272,21 +272,26 @@ impl Dcache {
         // after this).
         if let Some(i) = unsafe { inode.as_ref() } {
             i.with_aliases(|head| {
-                // Find the link that points at `d` (lists are short: one
-                // dentry per name of the inode).
-                let mut link: *mut *const Dentry = head;
+                // Find what points at `d`: the head or another alias
+                // (lists are short: one dentry per name of the inode).
                 // SAFETY: under the alias lock; every dentry on the list is
-                // live, and `link` points at the head or a listed dentry's
-                // `alias_next`.
+                // live.
                 unsafe {
-                    while !(*link).is_null() {
-                        if ptr::eq(*link, d) {
-                            *link = *d.alias_next.get();
-                            *d.alias_next.get() = ptr::null();
-                            return;
+                    let next = cell_get(&d.alias_next);
+                    if ptr::eq(*head, d) {
+                        *head = next;
+                    } else {
+                        let mut x = *head;
+                        while let Some(xr) = x.as_ref() {
+                            let n = cell_get(&xr.alias_next);
+                            if ptr::eq(n, d) {
+                                cell_set(&xr.alias_next, next);
+                                break;
+                            }
+                            x = n;
                         }
-                        link = (**link).alias_next.get();
                     }
+                    cell_set(&d.alias_next, ptr::null());
                 }
             });
         }

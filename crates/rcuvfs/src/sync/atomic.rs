@@ -50,6 +50,28 @@ impl<T> UnsafeCell<T> {
     }
 }
 
+/// Reads a value out of a facade cell: one access that loom records (and
+/// checks against every other access to the cell for a happens-before
+/// order) under `--cfg loom`, a plain load otherwise.
+///
+/// # Safety
+/// No one writes the cell meanwhile: the caller holds what guards it.
+#[inline(always)]
+pub unsafe fn cell_get<T: Copy>(cell: &UnsafeCell<T>) -> T {
+    // SAFETY: the caller's guard excludes writers.
+    cell.with(|p| unsafe { *p })
+}
+
+/// Writes a value into a facade cell (see [`cell_get`]).
+///
+/// # Safety
+/// No one else reads or writes the cell meanwhile.
+#[inline(always)]
+pub unsafe fn cell_set<T>(cell: &UnsafeCell<T>, value: T) {
+    // SAFETY: the caller's guard makes this access exclusive.
+    cell.with_mut(|p| unsafe { *p = value })
+}
+
 /// One step of a bounded spin: a CPU pause hint, or a yield under loom.
 #[inline(always)]
 pub fn spin_hint() {

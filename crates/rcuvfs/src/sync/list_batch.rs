@@ -30,10 +30,11 @@
 //! request again (only the address, as a parking key). The waiter reads
 //! `done` with Acquire, so the list change happened-before it returns.
 
-use core::cell::UnsafeCell;
 use core::ptr;
 
-use super::atomic::{park, spin_hint, unpark_all, AtomicBool, AtomicPtr, AtomicU32, Ordering, SPIN_LIMIT};
+use super::atomic::{
+    cell_get, cell_set, park, spin_hint, unpark_all, AtomicBool, AtomicPtr, AtomicU32, Ordering, UnsafeCell, SPIN_LIMIT,
+};
 use super::mutex::RawMutex;
 
 /// Requests one combiner applies in one hold of the lock.
@@ -151,29 +152,29 @@ impl Shard {
         // `for_each`'s callers reach through it); `node` is only for access.
         unsafe {
             let node = &*p;
-            let head = &mut *self.head.get();
             match op {
                 Op::Add => {
-                    *node.prev.get() = ptr::null();
-                    *node.next.get() = *head;
-                    if let Some(h) = (*head).as_ref() {
-                        *h.prev.get() = p;
+                    let head = cell_get(&self.head);
+                    cell_set(&node.prev, ptr::null());
+                    cell_set(&node.next, head);
+                    if let Some(h) = head.as_ref() {
+                        cell_set(&h.prev, p);
                     }
-                    *head = p;
+                    cell_set(&self.head, p);
                     node.shard.store(idx, Ordering::Relaxed);
-                    *self.len.get() += 1;
+                    cell_set(&self.len, cell_get(&self.len) + 1);
                 }
                 Op::Del => {
-                    let (prev, next) = (*node.prev.get(), *node.next.get());
+                    let (prev, next) = (cell_get(&node.prev), cell_get(&node.next));
                     match prev.as_ref() {
-                        Some(p) => *p.next.get() = next,
-                        None => *head = next,
+                        Some(p) => cell_set(&p.next, next),
+                        None => cell_set(&self.head, next),
                     }
                     if let Some(n) = next.as_ref() {
-                        *n.prev.get() = prev;
+                        cell_set(&n.prev, prev);
                     }
                     node.shard.store(NOT_LISTED, Ordering::Relaxed);
-                    *self.len.get() -= 1;
+                    cell_set(&self.len, cell_get(&self.len) - 1);
                 }
             }
         }
@@ -349,10 +350,10 @@ impl InodeList {
                 if self.mode == ListMode::Batch {
                     while shard.combine(i as u32) > 0 {}
                 }
-                let mut n = *shard.head.get();
+                let mut n = cell_get(&shard.head);
                 while let Some(node) = n.as_ref() {
                     f(n);
-                    n = *node.next.get();
+                    n = cell_get(&node.next);
                 }
                 shard.lock.unlock();
             }
@@ -369,7 +370,7 @@ impl InodeList {
                 if self.mode == ListMode::Batch {
                     while shard.combine(i as u32) > 0 {}
                 }
-                total += *shard.len.get();
+                total += cell_get(&shard.len);
                 shard.lock.unlock();
             }
         }

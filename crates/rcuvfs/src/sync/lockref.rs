@@ -121,24 +121,6 @@ impl Lockref {
         }
     }
 
-    /// Takes a reference if the count is above zero (`lockref_get_not_zero`).
-    #[inline]
-    pub fn get_not_zero(&self) -> bool {
-        match self.cmpxchg_loop(Ordering::Relaxed, |c| (c > 0).then_some(c + 1)) {
-            Ok(_) => true,
-            Err(()) => {
-                let mut g = self.lock();
-                let c = g.count();
-                if c > 0 {
-                    g.set_count(c + 1);
-                    true
-                } else {
-                    false
-                }
-            }
-        }
-    }
-
     /// Takes a reference if the count is above zero, without the lock:
     /// `false` (changing nothing) when it is not, the lock is held, or the
     /// CAS kept losing; the caller then takes the lock itself.
@@ -284,13 +266,9 @@ impl LockrefGuard<'_> {
     }
 
     /// Marks the object dead (`lockref_mark_dead`): every later `get_not_dead`
-    /// and `get_not_zero` fails.
+    /// fails.
     pub fn mark_dead(&mut self) {
         self.set_count(DEAD);
-    }
-
-    pub fn is_dead(&self) -> bool {
-        self.count() < 0
     }
 }
 
@@ -347,13 +325,11 @@ mod tests {
         assert_eq!(g.count(), 1);
         g.set_count(0);
         drop(g);
-        assert!(!r.get_not_zero());
         assert!(r.get_not_dead());
         assert_eq!(r.put_return(), Some(0));
         assert_eq!(r.put_return(), None, "put_return never goes below zero");
         r.lock().mark_dead();
         assert!(!r.get_not_dead());
-        assert!(!r.get_not_zero());
     }
 
     #[test]

@@ -205,14 +205,6 @@ pub struct MutexGuard<'a, T> {
     mutex: &'a Mutex<T>,
 }
 
-impl<T> MutexGuard<'_, T> {
-    /// Runs `f` with exclusive access to the protected value.
-    #[inline]
-    pub fn with<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R {
-        f(self)
-    }
-}
-
 impl<T> core::ops::Deref for MutexGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
