@@ -56,30 +56,7 @@ const WORDS: usize = PAGE / 8;
 /// The largest file (like tmpfs's `s_maxbytes`, but sized to memory).
 pub const MAX_FILE_SIZE: u64 = 1 << 40;
 
-/// How the page cache index is locked.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum CacheMode {
-    Mutex,
-    RwLock,
-    #[default]
-    Lockless,
-}
-
-impl CacheMode {
-    pub const ALL: [CacheMode; 3] = [CacheMode::Mutex, CacheMode::RwLock, CacheMode::Lockless];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            CacheMode::Mutex => "mutex",
-            CacheMode::RwLock => "rwlock",
-            CacheMode::Lockless => "lockless",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<CacheMode> {
-        CacheMode::ALL.into_iter().find(|m| m.name() == name)
-    }
-}
+pub use crate::modes::CacheMode;
 
 /// The RCU domain of all page caches (pages outlive any one Vfs view).
 #[cfg(not(loom))]

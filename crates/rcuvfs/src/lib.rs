@@ -41,10 +41,8 @@ pub use vfs::file;
 pub use {
     cred::Cred,
     file::{File, OpenOptions},
-    filemap::CacheMode,
     fs::{FileSystem, FileType, RenameFlags, SetAttr, SetTime, XattrSet},
-    modes::{Layout, RefMode},
-    sync::list_batch::ListMode,
+    modes::{AtimePolicy, CacheMode, Layout, ListMode, RefMode},
     vfs::{DirEntry, DirEntryPlus, Entry, Metadata, Permissions, ReadDir, Stats, TreeWalk, Vfs, VfsBuilder, WalkEntry},
 };
 

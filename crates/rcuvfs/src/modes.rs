@@ -10,8 +10,14 @@
 //! | `rcuwalk` | RCU-walk; stat takes and drops a reference on the final dentry (Linux today) | 003, 002 |
 //! | `norefs`  | RCU-walk; stat reads attributes under the inode's sequence count and takes no reference: nothing shared is written (default) | beyond Linux |
 //!
-//! A second axis, [`Layout`], places the reference count in the dentry's
-//! lookup cache line (`packed`) or on a line of its own (`split`, default).
+//! The other axes, each with its policy here:
+//!
+//! | axis | choices | seed |
+//! |---|---|---|
+//! | [`Layout`] | where a dentry's reference count lives: in its lookup cache line (`packed`) or on a line of its own (`split`, default) | 000 |
+//! | [`CacheMode`] | how the page cache's index is locked: `mutex`, `rwlock`, `lockless` (default) | 001 |
+//! | [`ListMode`] | how a superblock's inode list is locked: `locked`, `batch`, `percpu` (default) | 004 |
+//! | [`AtimePolicy`] | when a read updates atime: `relatime` (default), `noatime`, `strict` | |
 
 /// How lookups take references.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -94,4 +100,69 @@ impl Layout {
     pub fn from_name(name: &str) -> Option<Layout> {
         Layout::ALL.into_iter().find(|l| l.name() == name)
     }
+}
+
+/// How the page cache's index is locked (seed 001: `mutex` and `rwlock`
+/// before, `lockless` after; see `filemap`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CacheMode {
+    Mutex,
+    RwLock,
+    #[default]
+    Lockless,
+}
+
+impl CacheMode {
+    pub const ALL: [CacheMode; 3] = [CacheMode::Mutex, CacheMode::RwLock, CacheMode::Lockless];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheMode::Mutex => "mutex",
+            CacheMode::RwLock => "rwlock",
+            CacheMode::Lockless => "lockless",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<CacheMode> {
+        CacheMode::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// How a superblock's inode list is locked (seed 004: `locked` before,
+/// `batch` and `percpu` after; see `sync::list_batch`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ListMode {
+    Locked,
+    Batch,
+    #[default]
+    PerCpu,
+}
+
+impl ListMode {
+    pub const ALL: [ListMode; 3] = [ListMode::Locked, ListMode::Batch, ListMode::PerCpu];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ListMode::Locked => "locked",
+            ListMode::Batch => "batch",
+            ListMode::PerCpu => "percpu",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ListMode> {
+        ListMode::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// When reads update atime.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AtimePolicy {
+    /// Update atime only if it is not newer than mtime or ctime, or is more
+    /// than a day old (Linux's default): a read of a hot file writes nothing.
+    #[default]
+    Relatime,
+    /// Never update atime on read.
+    Noatime,
+    /// Update atime on every read (POSIX strict).
+    Strict,
 }

@@ -77,18 +77,7 @@ use crate::inode::INO_CHUNK;
 /// Entries one `readdir` call returns at least (when there are that many).
 const READDIR_BATCH: usize = 256;
 
-/// When reads update atime.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AtimePolicy {
-    /// Update atime only if it is not newer than mtime or ctime, or is more
-    /// than a day old (Linux's default): a read of a hot file writes nothing.
-    #[default]
-    Relatime,
-    /// Never update atime on read.
-    Noatime,
-    /// Update atime on every read (POSIX strict).
-    Strict,
-}
+pub use crate::modes::AtimePolicy;
 
 /// memfs limits and options.
 #[derive(Clone, Copy, Debug)]

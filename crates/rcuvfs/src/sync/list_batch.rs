@@ -40,30 +40,7 @@ use super::mutex::RawMutex;
 /// Requests one combiner applies in one hold of the lock.
 pub const BATCH_MAX: usize = 64;
 
-/// How the list is locked.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum ListMode {
-    Locked,
-    Batch,
-    #[default]
-    PerCpu,
-}
-
-impl ListMode {
-    pub const ALL: [ListMode; 3] = [ListMode::Locked, ListMode::Batch, ListMode::PerCpu];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ListMode::Locked => "locked",
-            ListMode::Batch => "batch",
-            ListMode::PerCpu => "percpu",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<ListMode> {
-        ListMode::ALL.into_iter().find(|m| m.name() == name)
-    }
-}
+pub use crate::modes::ListMode;
 
 /// A list membership, embedded in the listed object (an inode, which
 /// finds itself from its node: `InodeTable::for_each_ino`).
