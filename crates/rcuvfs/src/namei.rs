@@ -17,7 +17,7 @@
 //!
 //! A walk's place is a (mount, dentry) pair. RCU-walk holds the mount with
 //! no reference and validates the namespace's sequence count at its end;
-//! REF-walk holds a reference on the mount in [`Walk`].
+//! REF-walk holds a reference on the mount in `RefWalk`.
 //!
 //! # RCU-walk
 //!
@@ -122,18 +122,23 @@ pub(crate) struct Parent<'a, 'p> {
 
 /// The state of one RCU-walk: the caller's credentials and the symlink
 /// budget.
-pub struct Walk<'c> {
+pub struct RcuWalk<'c> {
     pub cred: &'c Cred,
     pub links: u32,
 }
 
-impl<'c> Walk<'c> {
-    pub fn new(cred: &'c Cred) -> Walk<'c> {
-        Walk { cred, links: 0 }
+impl<'c> RcuWalk<'c> {
+    pub fn new(cred: &'c Cred) -> RcuWalk<'c> {
+        RcuWalk { cred, links: 0 }
     }
 }
 
-/// The state of one REF-walk: as [`Walk`], plus a reference on the mount
+/// The name [`RcuWalk`] had before (beside `RefWalk` it did not say which
+/// walk it was).
+#[deprecated(note = "renamed RcuWalk")]
+pub type Walk<'c> = RcuWalk<'c>;
+
+/// The state of one REF-walk: as [`RcuWalk`], plus a reference on the mount
 /// the walk is in.
 pub(crate) struct RefWalk<'c> {
     pub cred: &'c Cred,
@@ -166,8 +171,9 @@ fn components(path: &[u8]) -> impl Iterator<Item = &[u8]> {
     path.split(|&b| b == b'/').filter(|c| !c.is_empty())
 }
 
-/// Outcome of an RCU-walk step: `None` means "fall back to REF-walk".
-type Rcu<T> = Option<Result<T>>;
+/// Outcome of an RCU-walk step: `None` means "fall back to REF-walk"
+/// (`-ECHILD` in Linux's `namei.c`).
+type RcuStep<T> = Option<Result<T>>;
 
 impl Dcache {
     /// Execute (search) permission on directory `dir`, from the cached
@@ -193,13 +199,13 @@ impl Dcache {
     pub fn walk_rcu<'g>(
         &'g self,
         guard: &RcuGuard<'_>,
-        w: &mut Walk,
+        w: &mut RcuWalk,
         mnt: &'g Mount,
         start: &'g Dentry,
         start_seq: u32,
         path: &[u8],
         follow: bool,
-    ) -> Rcu<(&'g Mount, &'g Dentry, u32)> {
+    ) -> RcuStep<(&'g Mount, &'g Dentry, u32)> {
         let ms = self.ns.seq.read_begin()?;
         let r = self.walk_rcu_inner(guard, w, mnt, start, start_seq, path, follow);
         if self.ns.seq.read_retry(ms) {
@@ -213,13 +219,13 @@ impl Dcache {
     fn walk_rcu_inner<'g>(
         &'g self,
         guard: &RcuGuard<'_>,
-        w: &mut Walk,
+        w: &mut RcuWalk,
         mnt: &'g Mount,
         start: &'g Dentry,
         start_seq: u32,
         path: &[u8],
         follow: bool,
-    ) -> Rcu<(&'g Mount, &'g Dentry, u32)> {
+    ) -> RcuStep<(&'g Mount, &'g Dentry, u32)> {
         let (mut mnt, mut cur, mut seq) = if path.first() == Some(&b'/') {
             let m = self.ns.root();
             (m, m.root(), m.root().seq.read_begin()?)
@@ -293,12 +299,12 @@ impl Dcache {
     fn walk_rcu_link<'g>(
         &'g self,
         guard: &RcuGuard<'_>,
-        w: &mut Walk,
+        w: &mut RcuWalk,
         mnt: &'g Mount,
         dir: &'g Dentry,
         seq: u32,
         target: &[u8],
-    ) -> Rcu<(&'g Mount, &'g Dentry, u32)> {
+    ) -> RcuStep<(&'g Mount, &'g Dentry, u32)> {
         self.walk_rcu_inner(guard, w, mnt, dir, seq, target, true)
     }
 
@@ -343,11 +349,11 @@ impl Dcache {
         start: &'a Dentry,
         path: &[u8],
         follow: bool,
-    ) -> Rcu<(RefWalk<'a>, DRef<'a>)> {
+    ) -> RcuStep<(RefWalk<'a>, DRef<'a>)> {
         let guard = self.rcu.read_lock();
         let ms = self.ns.seq.read_begin()?;
         let sseq = start.seq.read_begin()?;
-        let mut w = Walk::new(cred);
+        let mut w = RcuWalk::new(cred);
         let (m, d, seq) = match self.walk_rcu(&guard, &mut w, mnt, start, sseq, path, follow)? {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
@@ -378,7 +384,7 @@ impl Dcache {
         mnt: &'a Mount,
         start: &'a Dentry,
         path: &'p [u8],
-    ) -> Rcu<(RefWalk<'a>, Parent<'a, 'p>)> {
+    ) -> RcuStep<(RefWalk<'a>, Parent<'a, 'p>)> {
         let end = path.iter().rposition(|&b| b != b'/')? + 1;
         let trimmed = &path[..end];
         let (dir, name) = match trimmed.iter().rposition(|&b| b == b'/') {
@@ -422,7 +428,7 @@ impl Dcache {
         mnt: &'a Mount,
         start: &'a Dentry,
         path: &'p [u8],
-    ) -> Rcu<(RefWalk<'a>, *const Dentry, DRef<'a>, u32, &'p [u8], bool)> {
+    ) -> RcuStep<(RefWalk<'a>, *const Dentry, DRef<'a>, u32, &'p [u8], bool)> {
         let end = path.iter().rposition(|&b| b != b'/')? + 1;
         let trimmed = &path[..end];
         let (dir_path, name) = match trimmed.iter().rposition(|&b| b == b'/') {
@@ -436,7 +442,7 @@ impl Dcache {
         let guard = self.rcu.read_lock();
         let ms = self.ns.seq.read_begin()?;
         let sseq = start.seq.read_begin()?;
-        let mut w = Walk::new(cred);
+        let mut w = RcuWalk::new(cred);
         let (m, dir, dseq) = match self.walk_rcu(&guard, &mut w, mnt, start, sseq, dir_path, true)? {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
@@ -730,7 +736,7 @@ impl Dcache {
 /// Returns `errno` if `d`'s count still reads `seq` (the observation that
 /// led to the error was consistent), else falls back.
 #[inline]
-fn validated<T>(d: &Dentry, seq: u32, errno: i32) -> Rcu<T> {
+fn validated<T>(d: &Dentry, seq: u32, errno: i32) -> RcuStep<T> {
     if d.seq.read_retry(seq) {
         None
     } else {

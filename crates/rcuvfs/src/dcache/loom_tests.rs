@@ -16,7 +16,7 @@ use super::{Dcache, DcacheOptions};
 use crate::cred::Cred;
 use crate::error::{fail, Result, ENOENT};
 use crate::fs::{Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, StatFs, Timespec, WritePos};
-use crate::namei::Walk;
+use crate::namei::RcuWalk;
 use crate::sync::atomic::loom_model as model;
 
 /// Inodes below 10 are directories, the rest files. A lookup is counted
@@ -212,7 +212,7 @@ fn loom_rename_vs_rcu_lookup() {
             let g = dc.rcu.read_lock();
             let root = dc.root();
             let seq = root.seq.read_begin().unwrap();
-            let r = dc.walk_rcu(&g, &mut Walk::new(&cred), dc.ns.root(), root, seq, b"s", true);
+            let r = dc.walk_rcu(&g, &mut RcuWalk::new(&cred), dc.ns.root(), root, seq, b"s", true);
             assert!(!matches!(r, Some(Err(_))), "RCU-walk reported a stable name missing");
         }
         assert!(dc.d_lookup(dc.root(), b"s").is_some(), "d_lookup missed a stable name");
@@ -254,7 +254,7 @@ fn loom_mount_umount_vs_walk() {
             let g = dc.rcu.read_lock();
             let root = dc.root();
             let seq = root.seq.read_begin().unwrap();
-            let r = dc.walk_rcu(&g, &mut Walk::new(&cred), dc.ns.root(), root, seq, b"m", true);
+            let r = dc.walk_rcu(&g, &mut RcuWalk::new(&cred), dc.ns.root(), root, seq, b"m", true);
             if let Some(Ok((mnt, d, dseq))) = r {
                 let ino = d.inode().map(|i| i.ino);
                 if !d.seq.read_retry(dseq) {
@@ -269,7 +269,7 @@ fn loom_mount_umount_vs_walk() {
         let g = dc.rcu.read_lock();
         let root = dc.root();
         let seq = root.seq.read_begin().unwrap();
-        let r = dc.walk_rcu(&g, &mut Walk::new(&cred), dc.ns.root(), root, seq, b"m", true);
+        let r = dc.walk_rcu(&g, &mut RcuWalk::new(&cred), dc.ns.root(), root, seq, b"m", true);
         let (mnt, d, _) = r.expect("no writer left").expect("m exists");
         assert!(std::ptr::eq(mnt, dc.ns.root()) && d.inode().map(|i| i.ino) == Some(2), "detached at once");
     });

@@ -11,7 +11,7 @@ use crate::dcache::DRef;
 use crate::error::{errno_of, fail, Result, EACCES, EINVAL, EISDIR, ENOENT, ENOTDIR, EPERM};
 use crate::fs::{Attr, FileType, SetAttr, SetTime};
 use crate::inode::Inode;
-use crate::namei::{check_path, Walk};
+use crate::namei::{check_path, RcuWalk};
 
 impl Vfs {
     // ---- attributes ----
@@ -60,7 +60,7 @@ impl Vfs {
         };
         let guard = dc.rcu.read_lock();
         let sseq = s.seq.read_begin()?;
-        let mut w = Walk::new(&self.cred);
+        let mut w = RcuWalk::new(&self.cred);
         let (m, d, seq) = match dc.walk_rcu(&guard, &mut w, m, s, sseq, path, follow)? {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
