@@ -46,7 +46,7 @@ use crate::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsiz
 use std::ptr;
 use std::sync::Arc;
 
-use crate::dcache::LiveCounters;
+use crate::counters::LiveCounters;
 use crate::filemap::PageCache;
 use crate::fs::{Attr, FileSystem, FileType, Ino, Timespec};
 use crate::sync::index::{Index, InsertError, Probe};

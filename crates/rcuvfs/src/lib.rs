@@ -21,6 +21,7 @@
 
 pub mod sync;
 
+pub mod counters;
 pub mod cred;
 pub mod dcache;
 pub mod error;
