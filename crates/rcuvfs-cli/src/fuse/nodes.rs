@@ -1,0 +1,302 @@
+//! The server's state: the node table (a FUSE node id is an inode number,
+//! the root's swapped with FUSE's 1, each with the kernel's lookup count),
+//! the open-file table, the backing files of the kernel's passthrough, and
+//! the notifications that keep the kernel's caches coherent.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use fuser::{BackingId, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, ReplyEntry, Request};
+use rcuvfs::{Cred, Entry, File, FileType, Metadata, OpenOptions, Vfs};
+
+use super::ops::{errno, kind};
+
+/// One node the kernel knows: a handle and the kernel's lookup count.
+struct Node {
+    pub(super) entry: Entry,
+    pub(super) nlookup: u64,
+}
+
+/// Tells the kernel of changes a backend reports, so that it drops the
+/// names and attributes it cached (FUSE's `notify_inval_entry` and
+/// `notify_inval_inode`). Called from the backend's thread, never from a
+/// request: the kernel may wait for the directory's lock, which a request
+/// in progress may hold until it is answered.
+#[derive(Default)]
+pub(super) struct KernelNotify {
+    pub(super) notifier: OnceLock<fuser::Notifier>,
+    /// The library's root inode number (FUSE's is 1).
+    pub(super) root_ino: OnceLock<u64>,
+}
+
+impl KernelNotify {
+    pub(super) fn node(&self, ino: u64) -> INodeNo {
+        INodeNo(self.root_ino.get().map_or(ino, |&r| swap_root(r, ino)))
+    }
+}
+
+/// A library inode number as a FUSE node id and back: the root's number
+/// and FUSE's fixed 1 trade places.
+fn swap_root(root_ino: u64, ino: u64) -> u64 {
+    if ino == root_ino {
+        1
+    } else if ino == 1 {
+        root_ino
+    } else {
+        ino
+    }
+}
+
+impl rcuvfs::fs::Notify for KernelNotify {
+    // Errors are ignored: ENOENT means the kernel does not know the node.
+    fn entry_changed(&self, parent: u64, name: &[u8]) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_entry(self.node(parent), OsStr::from_bytes(name));
+        }
+    }
+
+    fn attr_changed(&self, parent: u64, name: &[u8]) {
+        // The kernel looks the name up again, with fresh attributes.
+        self.entry_changed(parent, name);
+    }
+
+    fn inode_changed(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            // Attributes and all cached data.
+            let _ = n.inval_inode(self.node(ino), 0, 0);
+        }
+    }
+
+    fn all_changed(&self) {
+        // The kernel has no call for this: its timeouts bound it.
+    }
+
+    fn set_revalidate(&self, _on: bool) {}
+}
+
+/// How the kernel may cache file data.
+#[derive(Clone, Copy)]
+pub(super) struct DataCache {
+    /// `FOPEN_KEEP_CACHE` on every open.
+    pub(super) keep: bool,
+    /// `FUSE_WRITEBACK_CACHE`.
+    pub(super) writeback: bool,
+    /// The kernel's FUSE passthrough for host files (asked for; turned off
+    /// at init if the kernel does not offer it).
+    pub(super) passthrough: bool,
+}
+
+pub(super) struct Server {
+    pub(super) vfs: Vfs,
+    pub(super) data: DataCache,
+    /// Each node's backing file while some open file uses it: the kernel
+    /// takes one backing file per inode for all its passthrough opens.
+    pub(super) backing: DashMap<u64, Weak<BackingId>>,
+    /// The library's root inode number (swapped with FUSE's 1).
+    pub(super) root_ino: u64,
+    pub(super) ttl: Duration,
+    nodes: DashMap<u64, Node>,
+    pub(super) files: DashMap<u64, Arc<OpenFile>>,
+    pub(super) next_fh: AtomicU64,
+}
+
+pub(super) struct OpenFile {
+    pub(super) file: File,
+    pub(super) append: bool,
+    /// The kernel does this file's I/O on the node's backing file, which
+    /// stays registered while some open file holds it.
+    pub(super) backing: Option<Arc<BackingId>>,
+}
+
+/// The caller's supplementary groups, from `/proc/PID/status`.
+pub(super) fn groups(pid: u32) -> Vec<u32> {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+impl Server {
+    pub(super) fn new(vfs: Vfs, ttl: Duration, data: DataCache) -> Server {
+        let root = vfs.root_entry();
+        let root_ino = root.ino();
+        let nodes = DashMap::new();
+        // The root is never forgotten.
+        nodes.insert(1, Node { entry: root, nlookup: 1 });
+        Server {
+            vfs,
+            data,
+            backing: DashMap::new(),
+            root_ino,
+            ttl,
+            nodes,
+            files: DashMap::new(),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    /// FUSE node id <-> library inode number.
+    pub(super) fn node_id(&self, ino: u64) -> u64 {
+        swap_root(self.root_ino, ino)
+    }
+
+    /// The view a request runs in: the caller's credentials.
+    pub(super) fn view(&self, req: &Request) -> Vfs {
+        let (uid, gid) = (req.uid(), req.gid());
+        let groups = if uid == 0 { Vec::new() } else { groups(req.pid()) };
+        self.vfs.with_cred(Cred::new(uid, gid, &groups))
+    }
+
+    pub(super) fn entry(&self, node: INodeNo) -> Result<Entry, Errno> {
+        self.nodes.get(&node.0).map(|n| n.entry.clone()).ok_or(Errno::ESTALE)
+    }
+
+    /// Drops `nlookup` of the kernel's lookups of `node`; the node's
+    /// handle goes at zero (the root's never: the kernel holds it).
+    pub(super) fn forget_node(&self, node: INodeNo, nlookup: u64) {
+        if node.0 == 1 {
+            return;
+        }
+        // The entry handle is dropped outside the shard's lock.
+        let gone = self.nodes.remove_if_mut(&node.0, |_, n| {
+            n.nlookup = n.nlookup.saturating_sub(nlookup);
+            n.nlookup == 0
+        });
+        drop(gone);
+    }
+
+    pub(super) fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
+        self.files.get(&fh.0).map(|f| f.clone()).ok_or(Errno::EBADF)
+    }
+
+    pub(super) fn attr(&self, m: &Metadata) -> FileAttr {
+        let a = m.attr();
+        FileAttr {
+            ino: INodeNo(self.node_id(a.ino)),
+            size: a.size,
+            blocks: a.blocks,
+            atime: a.atime.to_system_time(),
+            mtime: a.mtime.to_system_time(),
+            ctime: a.ctime.to_system_time(),
+            crtime: a.ctime.to_system_time(),
+            kind: kind(a.kind),
+            perm: (a.perm & 0o7777) as u16,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev as u32,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// Counts one kernel lookup of `e` and returns its attributes.
+    pub(super) fn remember(&self, e: Entry) -> Result<FileAttr, Errno> {
+        let attr = self.attr(&e.metadata().map_err(errno)?);
+        let spare = match self.nodes.entry(attr.ino.0) {
+            dashmap::mapref::entry::Entry::Occupied(mut o) => {
+                o.get_mut().nlookup += 1;
+                Some(e)
+            }
+            dashmap::mapref::entry::Entry::Vacant(v) => {
+                v.insert(Node { entry: e, nlookup: 1 });
+                None
+            }
+        };
+        // Outside the shard's lock: dropping a handle may release the last
+        // reference to its dentry, and with it the filesystem's inode.
+        drop(spare);
+        Ok(attr)
+    }
+
+    /// Looks `name` up in `parent` and counts the kernel's new reference.
+    pub(super) fn lookup_entry(&self, v: &Vfs, parent: &Entry, name: &OsStr) -> Result<FileAttr, Errno> {
+        let e = v.lookup_at(parent, name).map_err(errno)?;
+        self.remember(e)
+    }
+
+    pub(super) fn reply_entry(&self, reply: ReplyEntry, r: Result<FileAttr, Errno>) {
+        match r {
+            Ok(a) => reply.entry(&self.ttl, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// How the kernel treats an open file: no FLUSH request at each
+    /// close (ours does nothing: a round trip saved per close), and on
+    /// memfs its cached data kept across opens.
+    pub(super) fn fopen_flags(&self) -> FopenFlags {
+        let mut f = FopenFlags::FOPEN_NOFLUSH;
+        if self.data.keep {
+            f |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        f
+    }
+
+    /// Records a file the caller opened (its permission checked with its
+    /// flags). With the writeback cache the kernel reads through a
+    /// write-only handle (to fill a page it writes part of) and places
+    /// appends itself, so a write-only handle is reopened read-write by the
+    /// server, and none keeps O_APPEND, as libfuse's passthrough_hp does.
+    pub(super) fn add_open(
+        &self,
+        file: File,
+        e: &Entry,
+        flags: i32,
+        backing: Option<Arc<BackingId>>,
+    ) -> Result<FileHandle, Errno> {
+        if !self.data.writeback {
+            return Ok(self.add_file(file, flags & libc::O_APPEND != 0, backing));
+        }
+        // Only a write-only handle is upgraded: the kernel writes back
+        // through writable handles only, and a read-only open must keep
+        // working where the file may not be opened for writing.
+        let rw = if flags & libc::O_ACCMODE == libc::O_WRONLY {
+            self.vfs.open_entry(e, OpenOptions::new().read(true).write(true)).map_err(errno)?
+        } else {
+            file
+        };
+        Ok(self.add_file(rw, false, backing))
+    }
+
+    pub(super) fn add_file(&self, file: File, append: bool, backing: Option<Arc<BackingId>>) -> FileHandle {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.files.insert(fh, Arc::new(OpenFile { file, append, backing }));
+        FileHandle(fh)
+    }
+
+    /// The backing file for a passthrough open of `e`, registered with
+    /// `register` (the reply's `openbacking`) if no open file holds one:
+    /// the host file, read-write where it may be. `None`: the I/O goes
+    /// through the server (no passthrough, not a host file, or the kernel
+    /// refused it).
+    pub(super) fn backing(
+        &self,
+        e: &Entry,
+        register: impl FnOnce(&std::os::fd::OwnedFd) -> io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        if !self.data.passthrough || e.file_type() != FileType::File {
+            return None;
+        }
+        // Under the shard's lock: two opens of one inode must share it.
+        let mut slot = self.backing.entry(e.ino()).or_default();
+        if let Some(b) = slot.upgrade() {
+            return Some(b);
+        }
+        let fd = match e.open_host_file(true)? {
+            Ok(fd) => fd,
+            Err(_) => e.open_host_file(false)?.ok()?,
+        };
+        let b = Arc::new(register(&fd).ok()?);
+        *slot = Arc::downgrade(&b);
+        Some(b)
+    }
+}

@@ -1,0 +1,578 @@
+//! The FUSE operations: each finds its handles in the node table and
+//! calls the library's handle-level operation in the caller's view.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use fuser::{
+    AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use rcuvfs::fs::{SetAttr, SetTime, Timespec};
+use rcuvfs::{FileType, OpenOptions, RenameFlags, XattrSet};
+
+use super::nodes::Server;
+
+pub(super) fn errno(e: io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+pub(super) fn kind(t: FileType) -> fuser::FileType {
+    match t {
+        FileType::File => fuser::FileType::RegularFile,
+        FileType::Dir => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(Timespec::from_system_time(t)),
+    }
+}
+
+/// A variable-sized answer as FUSE asks it: size 0 asks the length; a
+/// buffer too small is ERANGE.
+fn reply_sized(reply: ReplyXattr, size: u32, data: &[u8]) {
+    if size == 0 {
+        reply.size(data.len() as u32);
+    } else if data.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(data);
+    }
+}
+
+fn done(reply: ReplyEmpty, r: io::Result<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+impl fuser::Filesystem for Server {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // readdirplus fills the kernel's dcache while listing; the kernel
+        // decides per directory (READDIRPLUS_AUTO). Both are optional.
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        // Lookups and listings of one directory in parallel (the kernel
+        // otherwise serializes them on the directory's inode lock).
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // Requests as large as the kernel allows: fuser asks 16 MiB writes
+        // (the kernel clamps to its max_pages limit), and readahead as
+        // large as the kernel proposes.
+        if let Err(max) = config.set_max_readahead(u32::MAX) {
+            let _ = config.set_max_readahead(max);
+        }
+        if self.data.passthrough {
+            let ok =
+                config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(1).is_ok();
+            if !ok {
+                eprintln!("rcuvfs: the kernel has no FUSE passthrough: file I/O goes through the server");
+                self.data.passthrough = false;
+            }
+        }
+        if self.data.writeback {
+            config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .map_err(|_| io::Error::other("the kernel has no FUSE writeback cache"))?;
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = self.entry(parent).and_then(|p| self.lookup_entry(&self.view(req), &p, name));
+        self.reply_entry(reply, r);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.forget_node(ino, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let m = match fh.and_then(|fh| self.file(fh).ok()) {
+            Some(f) if f.backing.is_none() => f.file.metadata(),
+            // The kernel writes a passthrough file itself: ask the host.
+            _ => match self.entry(ino) {
+                Ok(e) if self.data.passthrough && e.file_type() == FileType::File => e.refresh(),
+                Ok(e) => e.metadata(),
+                Err(e) => return reply.error(e),
+            },
+        };
+        match m {
+            Ok(m) => reply.attr(&self.ttl, &self.attr(&m)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let r = (|| {
+            let e = self.entry(ino)?;
+            let v = self.view(req);
+            let mut set = SetAttr {
+                perm: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                size,
+                atime: atime.map(set_time),
+                mtime: mtime.map(set_time),
+            };
+            // ftruncate: the open checked the permission; the file mode
+            // may have changed since.
+            if let (Some(size), Some(fh)) = (size, fh) {
+                let f = self.file(fh)?;
+                f.file.set_len(size).map_err(errno)?;
+                set.size = None;
+            }
+            let m = if set == SetAttr::default() { e.metadata() } else { v.set_attr(&e, &set) };
+            m.map_err(errno)
+        })();
+        match r {
+            Ok(m) => reply.attr(&self.ttl, &self.attr(&m)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.entry(ino).and_then(|e| self.vfs.read_link_entry(&e).map_err(errno)) {
+            Ok(t) => reply.data(t.as_os_str().as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let p = self.entry(parent)?;
+            let v = self.view(req);
+            let kind = FileType::from_mode(mode).ok_or(Errno::EINVAL)?;
+            v.mknod_at(&p, name, kind, mode & 0o7777, u64::from(rdev)).map_err(errno)?;
+            self.lookup_entry(&v, &p, name)
+        })();
+        self.reply_entry(reply, r);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let r = (|| {
+            let p = self.entry(parent)?;
+            let v = self.view(req);
+            v.create_dir_at(&p, name, mode & 0o7777).map_err(errno)?;
+            self.lookup_entry(&v, &p, name)
+        })();
+        self.reply_entry(reply, r);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.entry(parent) {
+            Ok(p) => done(reply, self.view(req).remove_file_at(&p, name)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.entry(parent) {
+            Ok(p) => done(reply, self.view(req).remove_dir_at(&p, name)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let r = (|| {
+            let p = self.entry(parent)?;
+            let v = self.view(req);
+            v.symlink_at(target, &p, link_name).map_err(errno)?;
+            self.lookup_entry(&v, &p, link_name)
+        })();
+        self.reply_entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = (|| {
+            let (p, np) = (self.entry(parent)?, self.entry(newparent)?);
+            let flags = RenameFlags::from_bits(flags.bits()).map_err(errno)?;
+            self.view(req).rename_at(&p, name, &np, newname, flags).map_err(errno)
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = (|| {
+            let (e, np) = (self.entry(ino)?, self.entry(newparent)?);
+            let v = self.view(req);
+            v.link_entry(&e, &np, newname).map_err(errno)?;
+            self.lookup_entry(&v, &np, newname)
+        })();
+        self.reply_entry(reply, r);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = (|| {
+            let e = self.entry(ino)?;
+            let f = self.view(req).open_entry(&e, &OpenOptions::from_flags(flags.0)).map_err(errno)?;
+            let backing = self.backing(&e, |fd| reply.open_backing(fd));
+            Ok((self.add_open(f, &e, flags.0, backing.clone())?, backing))
+        })();
+        match r {
+            Ok((fh, Some(b))) => reply.opened_passthrough(fh, self.fopen_flags(), &b),
+            Ok((fh, None)) => reply.opened(fh, self.fopen_flags()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = (|| {
+            let p = self.entry(parent)?;
+            let v = self.view(req);
+            let mut o = OpenOptions::from_flags(flags | libc::O_CREAT);
+            o.mode(mode & 0o7777);
+            let f = v.open_at(&p, name, &o).map_err(errno)?;
+            let e = v.lookup_at(&p, name).map_err(errno)?;
+            if e.ino() != f.ino() {
+                // Renamed over between the create and the lookup: the name
+                // is another file now, which the kernel would take this
+                // handle for.
+                return Err(Errno::ESTALE);
+            }
+            let backing = self.backing(&e, |fd| reply.open_backing(fd));
+            let fh = self.add_open(f, &e, flags, backing.clone())?;
+            match self.remember(e) {
+                Ok(attr) => Ok((attr, fh, backing)),
+                Err(err) => {
+                    drop(self.files.remove(&fh.0));
+                    Err(err)
+                }
+            }
+        })();
+        match r {
+            Ok((attr, fh, Some(b))) => {
+                reply.created_passthrough(&self.ttl, &attr, Generation(0), fh, self.fopen_flags(), &b)
+            }
+            Ok((attr, fh, None)) => reply.created(&self.ttl, &attr, Generation(0), fh, self.fopen_flags()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        thread_local! {
+            /// Each worker's read buffer, kept between requests: a fresh
+            /// megabyte per read cost its zeroing (and its page faults).
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let f = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        BUF.with_borrow_mut(|buf| {
+            if buf.len() < size as usize {
+                buf.resize(size as usize, 0);
+            }
+            match f.file.read_at(&mut buf[..size as usize], offset) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = (|| {
+            let f = self.file(fh)?;
+            if f.append {
+                f.file.append_at_end(data).map_err(errno)?;
+            } else {
+                f.file.write_at(data, offset).map_err(errno)?;
+            }
+            Ok(data.len() as u32)
+        })();
+        match r {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let ino = self.files.remove(&fh.0).map(|(_, f)| f.file.ino());
+        // The node's backing file goes with its last passthrough open.
+        if let Some(ino) = ino {
+            self.backing.remove_if(&ino, |_, w| w.strong_count() == 0);
+        }
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match self.file(fh) {
+            Ok(f) => done(reply, f.file.sync_all()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // A directory needs no state: readdir lists from the node's handle
+        // by cookie. The read permission is checked here and on each read.
+        let r = self.entry(ino).and_then(|e| {
+            if !e.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+            self.view(req).access(&e, libc::R_OK as u32).map_err(errno)
+        });
+        match r {
+            // memfs: the kernel may cache a directory's listing and keep
+            // it across opens (every change to it comes through the mount,
+            // and the kernel drops the cache when it changes).
+            Ok(()) if self.data.keep => {
+                reply.opened(FileHandle(0), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE)
+            }
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let r = (|| {
+            let e = self.entry(ino)?;
+            let v = self.view(req);
+            // "." and ".." take offsets 1 and 2; the filesystem's cookies
+            // (1 and up) are shifted by 2.
+            if offset < 1 && reply.add(ino, 1, fuser::FileType::Directory, ".") {
+                return Ok(());
+            }
+            if offset < 2 {
+                let up = v.metadata_at(&e, "..", false).map_err(errno)?;
+                if reply.add(INodeNo(self.node_id(up.ino())), 2, fuser::FileType::Directory, "..") {
+                    return Ok(());
+                }
+            }
+            for d in v.read_dir_at(&e, offset.saturating_sub(2)).map_err(errno)? {
+                let node = INodeNo(self.node_id(d.ino));
+                if reply.add(node, d.offset + 2, kind(d.kind), OsStr::from_bytes(&d.name)) {
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdirplus(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let r = (|| {
+            let e = self.entry(ino)?;
+            let v = self.view(req);
+            // The kernel counts no lookup for "." and "..".
+            if offset < 1 {
+                let a = self.attr(&e.metadata().map_err(errno)?);
+                if reply.add(ino, 1, ".", &self.ttl, &a, Generation(0)) {
+                    return Ok(());
+                }
+            }
+            if offset < 2 {
+                let a = self.attr(&v.metadata_at(&e, "..", false).map_err(errno)?);
+                if reply.add(a.ino, 2, "..", &self.ttl, &a, Generation(0)) {
+                    return Ok(());
+                }
+            }
+            for d in v.read_dir_plus(&e, offset.saturating_sub(2)).map_err(errno)? {
+                let a = self.attr(&d.metadata);
+                let name = OsStr::from_bytes(&d.entry.name);
+                if reply.add(a.ino, d.entry.offset + 2, name, &self.ttl, &a, Generation(0)) {
+                    break; // not sent: not counted
+                }
+                self.remember(d.child)?;
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.vfs.statfs() {
+            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = (|| {
+            let e = self.entry(ino)?;
+            let how = XattrSet::from_bits(flags).map_err(errno)?;
+            self.view(req).set_xattr_entry(&e, name, value, how).map_err(errno)
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.entry(ino).and_then(|e| self.view(req).get_xattr_entry(&e, name).map_err(errno)) {
+            Ok(v) => reply_sized(reply, size, &v),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.entry(ino).and_then(|e| self.view(req).list_xattr_entry(&e).map_err(errno)) {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for n in names {
+                    list.extend_from_slice(n.as_bytes());
+                    list.push(0);
+                }
+                reply_sized(reply, size, &list)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.entry(ino) {
+            Ok(e) => done(reply, self.view(req).remove_xattr_entry(&e, name)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        match self.entry(ino) {
+            Ok(e) => done(reply, self.view(req).access(&e, mask.bits() as u32)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // posix_fallocate (mode 0) extends the size; memfs stores holes as
+        // nothing, so no space is reserved. Other modes are not supported.
+        if mode != 0 {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let r = (|| {
+            let f = self.file(fh)?;
+            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+            if end > f.file.metadata().map_err(errno)?.len() {
+                f.file.set_len(end).map_err(errno)?;
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}
