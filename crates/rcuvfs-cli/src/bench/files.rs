@@ -7,12 +7,12 @@
 //! tmpfs) the growth of the kernel's slab, where the kernel keeps its
 //! dentries and inodes.
 
-use std::ffi::CString;
 use std::path::Path;
 use std::time::Instant;
 
-use rcuvfs::Vfs;
 use serde::Serialize;
+
+use super::subject::{HostSubject, Subject, VfsSubject};
 
 /// Directories the files are spread over.
 const DIRS: usize = 1000;
@@ -59,37 +59,35 @@ fn per_file(t: Instant, n: usize) -> f64 {
     t.elapsed().as_nanos() as f64 / n as f64
 }
 
-/// One run in a Vfs mode (the builder's defaults but the reference mode,
-/// and the dcache target when given).
-pub fn run_vfs(mode: &str, n: usize, dcache_target: Option<usize>) -> std::io::Result<FilesRow> {
-    let c = super::workloads::vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
-    let mut b = Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache);
-    if let Some(t) = dcache_target {
-        b = b.dcache_target(t);
-    }
-    let v = b.build()?;
+/// One run on `s`: `memory` reads what a file's memory shows in (the
+/// process's RSS for rcuvfs, the kernel's slab for the host), named by
+/// its second part.
+fn run_on<S: Subject>(s: &S, mode: &str, n: usize, memory: (fn() -> u64, &'static str)) -> std::io::Result<FilesRow> {
     for d in 0..DIRS {
-        v.create_dir(format!("/d{d}"))?;
+        s.mkdir_all(&format!("/d{d}"))?;
     }
-    let mut p = String::new();
-    let r0 = rss();
+    let (mut name, mut p) = (String::new(), S::Path::default());
+    let m0 = (memory.0)();
     let t = Instant::now();
     for i in 0..n {
-        path_of(&mut p, "", i);
-        v.write(&p, b"")?;
+        path_of(&mut name, "", i);
+        s.path_into(&name, &mut p);
+        s.write_new(&p, b"")?;
     }
     let create_ns = per_file(t, n);
-    let bytes = rss().saturating_sub(r0) as f64 / n as f64;
+    let bytes = (memory.0)().saturating_sub(m0) as f64 / n as f64;
     let t = Instant::now();
     for i in 0..n {
-        path_of(&mut p, "", i);
-        std::hint::black_box(v.metadata(&p)?);
+        path_of(&mut name, "", i);
+        s.path_into(&name, &mut p);
+        s.stat(&p)?;
     }
     let stat_ns = per_file(t, n);
     let t = Instant::now();
     for i in 0..n {
-        path_of(&mut p, "", i);
-        v.remove_file(&p)?;
+        path_of(&mut name, "", i);
+        s.path_into(&name, &mut p);
+        s.unlink(&p)?;
     }
     let unlink_ns = per_file(t, n);
     Ok(FilesRow {
@@ -99,71 +97,21 @@ pub fn run_vfs(mode: &str, n: usize, dcache_target: Option<usize>) -> std::io::R
         stat_ns,
         unlink_ns,
         bytes_per_file: bytes,
-        memory: "process RSS",
+        memory: memory.1,
     })
 }
 
-/// The `host` peer: open(O_CREAT)+close, stat, unlink on `host_dir`.
+/// One run in a Vfs mode (the builder's defaults but the reference mode,
+/// and the dcache target when given).
+pub fn run_vfs(mode: &str, n: usize, dcache_target: Option<usize>) -> std::io::Result<FilesRow> {
+    let s = VfsSubject { vfs: super::workloads::mode_vfs(mode, dcache_target)?, stats: None };
+    run_on(&s, mode, n, (rss, "process RSS"))
+}
+
+/// The `host` peer: the same calls as syscalls on a scratch directory
+/// under `host_dir`.
 pub fn run_host(n: usize, host_dir: &Path) -> std::io::Result<FilesRow> {
-    let root = host_dir.join(format!("rcuvfs-files-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    for d in 0..DIRS {
-        std::fs::create_dir_all(root.join(format!("d{d}")))?;
-    }
-    let result = (|| {
-        let rs = root.to_str().ok_or_else(|| std::io::Error::other("host dir is not UTF-8"))?;
-        let mut p = String::new();
-        let c = |p: &str| CString::new(p).expect("no NUL in bench paths");
-        let check = |r: i32, what: &str| {
-            if r < 0 {
-                Err(std::io::Error::other(format!("{what}: {}", std::io::Error::last_os_error())))
-            } else {
-                Ok(())
-            }
-        };
-        let s0 = slab();
-        let t = Instant::now();
-        for i in 0..n {
-            path_of(&mut p, rs, i);
-            let cp = c(&p);
-            // SAFETY: a NUL-terminated path.
-            let fd = unsafe { libc::open(cp.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC, 0o644) };
-            check(fd, "create")?;
-            // SAFETY: our descriptor.
-            unsafe { libc::close(fd) };
-        }
-        let create_ns = per_file(t, n);
-        let bytes = slab().saturating_sub(s0) as f64 / n as f64;
-        // SAFETY: an all-zero `stat` is valid to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let t = Instant::now();
-        for i in 0..n {
-            path_of(&mut p, rs, i);
-            let cp = c(&p);
-            // SAFETY: a NUL-terminated path and a writable buffer.
-            check(unsafe { libc::stat(cp.as_ptr(), &mut st) }, "stat")?;
-        }
-        let stat_ns = per_file(t, n);
-        let t = Instant::now();
-        for i in 0..n {
-            path_of(&mut p, rs, i);
-            let cp = c(&p);
-            // SAFETY: a NUL-terminated path.
-            check(unsafe { libc::unlink(cp.as_ptr()) }, "unlink")?;
-        }
-        let unlink_ns = per_file(t, n);
-        Ok(FilesRow {
-            mode: "host".into(),
-            files: n,
-            create_ns,
-            stat_ns,
-            unlink_ns,
-            bytes_per_file: bytes,
-            memory: "kernel slab",
-        })
-    })();
-    let _ = std::fs::remove_dir_all(&root);
-    result
+    run_on(&HostSubject::scratch(host_dir, "files")?, "host", n, (slab, "kernel slab"))
 }
 
 /// `repeats` runs of one cell; `None`, said on stdout, if one fails (the
@@ -265,64 +213,35 @@ pub struct BigDirRow {
     pub list_stat_ns: f64,
 }
 
-fn list_vfs(mode: &str, n: usize) -> std::io::Result<BigDirRow> {
-    let c = super::workloads::vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
-    let v = Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache).build()?;
-    v.create_dir("/big")?;
+/// One big-dir run on `s`.
+fn list_on<S: Subject>(s: &S, mode: &str, n: usize) -> std::io::Result<BigDirRow> {
+    s.mkdir_all("/big")?;
     let mut p = String::new();
     for i in 0..n {
         use std::fmt::Write;
         p.clear();
         let _ = write!(p, "/big/f{i}");
-        v.write(&p, b"")?;
+        s.put(&p, b"")?;
     }
+    let dir = s.path("/big");
     let t = Instant::now();
-    let mut seen = 0;
-    for e in v.read_dir("/big")? {
-        std::hint::black_box(e?);
-        seen += 1;
-    }
+    let mut seen = s.list(&dir)?;
     let list_ns = per_file(t, n);
     let t = Instant::now();
-    for e in v.read_dir("/big")? {
-        std::hint::black_box(e?.metadata()?);
-        seen += 1;
-    }
+    seen += s.list_stat(&dir)?;
     let list_stat_ns = per_file(t, n);
-    if seen != 2 * n {
+    if seen != 2 * n as u64 {
         return Err(std::io::Error::other(format!("big-dir: listed {seen} entries of 2 x {n}")));
     }
     Ok(BigDirRow { mode: mode.into(), files: n, list_ns, list_stat_ns })
 }
 
+fn list_vfs(mode: &str, n: usize) -> std::io::Result<BigDirRow> {
+    list_on(&VfsSubject { vfs: super::workloads::mode_vfs(mode, None)?, stats: None }, mode, n)
+}
+
 fn list_host(n: usize, host_dir: &Path) -> std::io::Result<BigDirRow> {
-    let root = host_dir.join(format!("rcuvfs-bigdir-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root)?;
-    let result = (|| {
-        for i in 0..n {
-            std::fs::File::create(root.join(format!("f{i}")))?;
-        }
-        let t = Instant::now();
-        let mut seen = 0;
-        for e in std::fs::read_dir(&root)? {
-            std::hint::black_box(e?);
-            seen += 1;
-        }
-        let list_ns = per_file(t, n);
-        let t = Instant::now();
-        for e in std::fs::read_dir(&root)? {
-            std::hint::black_box(e?.metadata()?);
-            seen += 1;
-        }
-        let list_stat_ns = per_file(t, n);
-        if seen != 2 * n {
-            return Err(std::io::Error::other(format!("big-dir: listed {seen} entries of 2 x {n}")));
-        }
-        Ok(BigDirRow { mode: "host".into(), files: n, list_ns, list_stat_ns })
-    })();
-    let _ = std::fs::remove_dir_all(&root);
-    result
+    list_on(&HostSubject::scratch(host_dir, "bigdir")?, "host", n)
 }
 
 /// Runs `big-dir` for every size in every mode (medians of `repeats`),

@@ -7,10 +7,10 @@
 
 mod exit;
 mod files;
-mod memoryfs;
 mod plot;
 mod report;
 mod seeds;
+mod subject;
 mod workloads;
 
 use std::path::PathBuf;

@@ -1,16 +1,17 @@
 //! The lab's workloads: each reproduces one seed experiment, and runs in the
-//! modes of the axis it exercises plus the peers.
+//! modes of the axis it exercises plus the peers. Each is written once,
+//! generic over [`Subject`] (rcuvfs, the host kernel, the peer libraries);
+//! [`on_subject!`] picks the subject a mode names.
 
-use std::ffi::CString;
-use std::io::{Read, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use rcuvfs::fs::passthrough::{Passthrough, PassthroughOptions, PassthroughStats};
-use rcuvfs::{CacheMode, File, Layout, OpenOptions, RefMode, Vfs};
+use rcuvfs::{CacheMode, Layout, RefMode, Vfs};
+
+use super::subject::{FlatAttr, HostSubject, MapSubject, MemoryFsSubject, Op, Subject, VfsSubject};
 
 /// What a workload needs from the run.
 pub struct Ctx {
@@ -211,19 +212,25 @@ pub fn is_known_mode(name: &str) -> bool {
     matches!(name, "host" | "papaya" | "dashmap" | "memoryfs") || vfs_config(name).is_some()
 }
 
-fn new_vfs(mode: &str) -> std::io::Result<Vfs> {
+/// A builder for a Vfs in `mode`, with the dcache target when given.
+fn mode_builder(mode: &str, dcache_target: Option<usize>) -> std::io::Result<rcuvfs::VfsBuilder> {
     let c = vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
-    Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache).build()
+    let b = Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache);
+    Ok(match dcache_target {
+        Some(t) => b.dcache_target(t),
+        None => b,
+    })
+}
+
+/// A Vfs in `mode` over memfs, with the dcache target when given.
+pub fn mode_vfs(mode: &str, dcache_target: Option<usize>) -> std::io::Result<Vfs> {
+    mode_builder(mode, dcache_target)?.build()
 }
 
 /// A Vfs in `mode` over the context's backend, with the passthrough's
 /// counters when it is one.
 fn backend_vfs(ctx: &Ctx, mode: &str) -> std::io::Result<(Vfs, Option<Arc<PassthroughStats>>)> {
-    let c = vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
-    let mut b = Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache);
-    if let Some(t) = ctx.dcache_target {
-        b = b.dcache_target(t);
-    }
+    let b = mode_builder(mode, ctx.dcache_target)?;
     match &ctx.backend {
         Backend::Memfs => Ok((b.build()?, None)),
         Backend::Passthrough(dir) => {
@@ -260,26 +267,51 @@ fn unsupported(mode: &str, workload: &str) -> std::io::Error {
     std::io::Error::other(format!("mode {mode} does not apply to {workload}"))
 }
 
-/// A scratch directory on the host's tmpfs, removed on drop.
-struct HostDir(PathBuf);
-
-impl HostDir {
-    fn new(ctx: &Ctx, tag: &str) -> std::io::Result<HostDir> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let p = ctx.host_dir.join(format!("rcuvfs-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-        std::fs::create_dir_all(&p)?;
-        Ok(HostDir(p))
-    }
+/// Runs `$body` with `$s` bound to the subject `$mode` names: the host
+/// kernel (on a scratch directory under `--host-dir`, or on the
+/// passthrough's directory itself), a peer library (memfs backend only),
+/// or a Vfs in that mode over the run's backend.
+macro_rules! on_subject {
+    ($ctx:expr, $mode:expr, $tag:expr, |$s:ident| $body:expr) => {{
+        let (ctx, mode): (&Ctx, &str) = ($ctx, $mode);
+        match mode {
+            "host" => {
+                let $s = match &ctx.backend {
+                    Backend::Passthrough(dir) => HostSubject::on(dir),
+                    _ => HostSubject::scratch(&ctx.host_dir, $tag)?,
+                };
+                $body
+            }
+            "memoryfs" | "papaya" | "dashmap" if !matches!(ctx.backend, Backend::Memfs) => {
+                Err(unsupported(mode, "a backend other than memfs"))
+            }
+            "memoryfs" => {
+                let $s = MemoryFsSubject::new();
+                $body
+            }
+            "papaya" => {
+                let $s = MapSubject::<papaya::HashMap<String, FlatAttr>>::new();
+                $body
+            }
+            "dashmap" => {
+                let $s = MapSubject::<dashmap::DashMap<String, FlatAttr>>::new();
+                $body
+            }
+            m => {
+                let (vfs, stats) = backend_vfs(ctx, m)?;
+                let $s = VfsSubject { vfs, stats };
+                $body
+            }
+        }
+    }};
 }
 
-impl Drop for HostDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+/// `Err` unless `s` can do each of `ops`.
+fn need<S: Subject>(s: &S, ops: &[Op], mode: &str, workload: &str) -> std::io::Result<()> {
+    match ops.iter().all(|&o| s.can(o)) {
+        true => Ok(()),
+        false => Err(unsupported(mode, workload)),
     }
-}
-
-fn cstr(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).expect("no NUL in bench paths")
 }
 
 /// Counts in batches of 64, publishing after each batch.
@@ -307,220 +339,84 @@ fn stat_paths(private: bool, threads: usize) -> Vec<String> {
     }
 }
 
-struct VfsStat {
-    vfs: Vfs,
-    paths: Vec<String>,
-    /// Passthrough: its counters and the components of one stat.
-    host: Option<(Arc<PassthroughStats>, f64)>,
+struct Stat<S: Subject> {
+    s: S,
+    paths: Vec<S::Path>,
 }
 
-impl Target for VfsStat {
+impl<S: Subject> Target for Stat<S> {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let p = &self.paths[thread % self.paths.len()];
+        batches(stop, count, || self.s.stat(p).expect("stat"));
+    }
+
     fn host_lookups(&self) -> Option<(u64, f64)> {
-        self.host.as_ref().map(|(s, c)| (s.lookups.load(Ordering::Relaxed), *c))
-    }
-
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        let p = &self.paths[thread % self.paths.len()];
-        batches(stop, count, || {
-            std::hint::black_box(self.vfs.metadata(p).expect("stat"));
-        });
-    }
-}
-
-struct HostStat {
-    _dir: Option<HostDir>,
-    paths: Vec<CString>,
-}
-
-impl Target for HostStat {
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        let p = &self.paths[thread % self.paths.len()];
-        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        batches(stop, count, || {
-            // SAFETY: `p` is NUL-terminated and `st` is writable.
-            assert_eq!(unsafe { libc::stat(p.as_ptr(), &mut st) }, 0, "host stat");
-            std::hint::black_box(&st);
-        });
-    }
-}
-
-/// The value a flat map stores per path: what a stat returns.
-#[derive(Clone, Copy)]
-struct FlatAttr {
-    _ino: u64,
-    _mode: u32,
-    _size: u64,
-    _mtime: i64,
-}
-
-struct PapayaStat {
-    map: papaya::HashMap<String, FlatAttr>,
-    paths: Vec<String>,
-}
-
-impl Target for PapayaStat {
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        let p = &self.paths[thread % self.paths.len()];
-        batches(stop, count, || {
-            std::hint::black_box(*self.map.pin().get(p.as_str()).expect("present"));
-        });
-    }
-}
-
-struct DashStat {
-    map: dashmap::DashMap<String, FlatAttr>,
-    paths: Vec<String>,
-}
-
-impl Target for DashStat {
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        let p = &self.paths[thread % self.paths.len()];
-        batches(stop, count, || {
-            std::hint::black_box(*self.map.get(p.as_str()).expect("present"));
-        });
+        let components = DEPTH_DIR.matches('/').count() as f64 + 1.0;
+        self.s.host_lookups().map(|l| (l, components))
     }
 }
 
 fn stat(ctx: &Ctx, mode: &str, threads: usize, private: bool) -> std::io::Result<Arc<dyn Target>> {
     let paths = stat_paths(private, threads);
-    let attr = FlatAttr { _ino: 7, _mode: 0o100644, _size: 1, _mtime: 0 };
-    if let Backend::Passthrough(dir) = &ctx.backend {
-        // The same files on the host directory, for the Vfs and the host
-        // peer alike (left there afterwards: they are the benchmark's).
-        for p in &paths {
-            let full = dir.join(p.trim_start_matches('/'));
-            std::fs::create_dir_all(full.parent().unwrap())?;
-            if !full.exists() {
-                std::fs::write(&full, b"x")?;
-            }
-        }
-        return Ok(match mode {
-            "host" => Arc::new(HostStat {
-                _dir: None,
-                paths: paths.iter().map(|p| cstr(&dir.join(p.trim_start_matches('/')))).collect(),
-            }),
-            "papaya" | "dashmap" | "memoryfs" => return Err(unsupported(mode, "the passthrough backend")),
-            m => {
-                let (vfs, stats) = backend_vfs(ctx, m)?;
-                let components = DEPTH_DIR.matches('/').count() as f64 + 1.0;
-                Arc::new(VfsStat { vfs, paths, host: stats.map(|s| (s, components)) })
-            }
-        });
+    on_subject!(ctx, mode, "stat", |s| stat_on(s, mode, &paths))
+}
+
+/// The files at depth 4 (on a passthrough's directory, left there
+/// afterwards: they are the benchmark's).
+fn stat_on<S: Subject>(s: S, mode: &str, paths: &[String]) -> std::io::Result<Arc<dyn Target>> {
+    need(&s, &[Op::Stat], mode, "stat")?;
+    s.mkdir_all(DEPTH_DIR)?;
+    for p in paths {
+        s.put(p, b"x")?;
     }
-    Ok(match mode {
-        "host" => {
-            let dir = HostDir::new(ctx, "stat")?;
-            let mut c = Vec::new();
-            for p in &paths {
-                let full = dir.0.join(p.trim_start_matches('/'));
-                std::fs::create_dir_all(full.parent().unwrap())?;
-                std::fs::write(&full, b"x")?;
-                c.push(cstr(&full));
-            }
-            Arc::new(HostStat { _dir: Some(dir), paths: c })
-        }
-        "memoryfs" => {
-            let fs = super::memoryfs::build(&[DEPTH_DIR.to_string()], &paths)?;
-            Arc::new(super::memoryfs::Stat { fs, paths })
-        }
-        "papaya" => {
-            let map = papaya::HashMap::new();
-            for p in &paths {
-                map.pin().insert(p.clone(), attr);
-            }
-            Arc::new(PapayaStat { map, paths })
-        }
-        "dashmap" => {
-            let map = dashmap::DashMap::new();
-            for p in &paths {
-                map.insert(p.clone(), attr);
-            }
-            Arc::new(DashStat { map, paths })
-        }
-        m => {
-            let (vfs, _) = backend_vfs(ctx, m)?;
-            vfs.create_dir_all(DEPTH_DIR)?;
-            for p in &paths {
-                vfs.write(p, b"x")?;
-            }
-            Arc::new(VfsStat { vfs, paths, host: None })
-        }
-    })
+    let paths = paths.iter().map(|p| s.path(p)).collect();
+    Ok(Arc::new(Stat { s, paths }))
 }
 
 // ------------------------------------------------------------------ short
 
 /// Directories the short jobs share (AIM7 runs many users in few dirs).
 const SHORT_DIRS: usize = 2;
+/// Names each thread cycles through.
+const SHORT_NAMES: usize = 8;
 
-struct VfsShort {
-    vfs: Vfs,
+struct Short<S: Subject> {
+    s: S,
+    /// Per thread, its names.
+    names: Vec<Vec<S::Path>>,
 }
 
-impl Target for VfsShort {
+impl<S: Subject> Target for Short<S> {
     fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
         let mut n = 0u64;
         let mut buf = [0u8; 64];
+        let names = &self.names[thread];
         while !stop.load(Ordering::Relaxed) {
-            let p = format!("/short/d{}/f{thread}-{}", thread % SHORT_DIRS, n % 8);
-            let mut f = self.vfs.open(&p, OpenOptions::new().write(true).create(true).truncate(true)).expect("create");
-            f.write_all(b"short job output, 64 bytes of it, written in one go, AIM7 st").expect("write");
-            drop(f);
-            std::hint::black_box(self.vfs.metadata(&p).expect("stat"));
-            let mut r = self.vfs.open(&p, OpenOptions::new().read(true)).expect("open");
-            let _ = r.read(&mut buf).expect("read");
-            drop(r);
-            self.vfs.remove_file(&p).expect("unlink");
+            let p = &names[n as usize % SHORT_NAMES];
+            self.s.write_new(p, b"short job output, 64 bytes of it, written in one go, AIM7 st").expect("create");
+            self.s.stat(p).expect("stat");
+            self.s.read_some(p, &mut buf).expect("read");
+            self.s.unlink(p).expect("unlink");
             n += 1;
             count.store(n, Ordering::Relaxed);
         }
     }
 }
 
-struct HostShort {
-    dir: HostDir,
-}
-
-impl Target for HostShort {
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        let mut n = 0u64;
-        let mut buf = [0u8; 64];
-        while !stop.load(Ordering::Relaxed) {
-            let p = self.dir.0.join(format!("d{}/f{thread}-{}", thread % SHORT_DIRS, n % 8));
-            let mut f = std::fs::File::create(&p).expect("create");
-            f.write_all(b"short job output, 64 bytes of it, written in one go, AIM7 st").expect("write");
-            drop(f);
-            std::hint::black_box(std::fs::metadata(&p).expect("stat"));
-            let mut r = std::fs::File::open(&p).expect("open");
-            let _ = r.read(&mut buf).expect("read");
-            drop(r);
-            std::fs::remove_file(&p).expect("unlink");
-            n += 1;
-            count.store(n, Ordering::Relaxed);
-        }
-    }
-}
-
-fn short(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
+fn short(ctx: &Ctx, mode: &str, threads: usize) -> std::io::Result<Arc<dyn Target>> {
     memfs_only(ctx, "short")?;
-    match mode {
-        "papaya" | "dashmap" | "memoryfs" => Err(unsupported(mode, "short")),
-        "host" => {
-            let dir = HostDir::new(ctx, "short")?;
-            for d in 0..SHORT_DIRS {
-                std::fs::create_dir(dir.0.join(format!("d{d}")))?;
-            }
-            Ok(Arc::new(HostShort { dir }))
-        }
-        m => {
-            let vfs = new_vfs(m)?;
-            for d in 0..SHORT_DIRS {
-                vfs.create_dir_all(format!("/short/d{d}"))?;
-            }
-            Ok(Arc::new(VfsShort { vfs }))
-        }
+    on_subject!(ctx, mode, "short", |s| short_on(s, mode, threads))
+}
+
+fn short_on<S: Subject>(s: S, mode: &str, threads: usize) -> std::io::Result<Arc<dyn Target>> {
+    need(&s, &[Op::Stat, Op::Namespace], mode, "short")?;
+    for d in 0..SHORT_DIRS {
+        s.mkdir_all(&format!("/short/d{d}"))?;
     }
+    let names = (0..threads)
+        .map(|t| (0..SHORT_NAMES).map(|i| s.path(&format!("/short/d{}/f{t}-{i}", t % SHORT_DIRS))).collect())
+        .collect();
+    Ok(Arc::new(Short { s, names }))
 }
 
 // ------------------------------------------------------ create-private/-shared
@@ -528,48 +424,19 @@ fn short(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Targ
 /// Names each thread cycles through.
 const CREATE_NAMES: usize = 64;
 
-/// Thread `t`'s names: in its own directory `d{t}`, or all in `d0`.
-fn create_names(root: &str, private: bool, t: usize) -> Vec<String> {
-    let dir = if private { t } else { 0 };
-    (0..CREATE_NAMES).map(|i| format!("{root}/d{dir}/t{t}-{i}")).collect()
+struct Create<S: Subject> {
+    s: S,
+    names: Vec<Vec<S::Path>>,
 }
 
-struct VfsCreate {
-    vfs: Vfs,
-    names: Vec<Vec<String>>,
-}
-
-impl Target for VfsCreate {
+impl<S: Subject> Target for Create<S> {
     fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
         let names = &self.names[thread];
         let mut i = 0;
         batches(stop, count, || {
             let p = &names[i % CREATE_NAMES];
-            drop(self.vfs.open(p, OpenOptions::new().write(true).create(true)).expect("create"));
-            self.vfs.remove_file(p).expect("unlink");
-            i += 1;
-        });
-    }
-}
-
-struct HostCreate {
-    _dir: HostDir,
-    names: Vec<Vec<CString>>,
-}
-
-impl Target for HostCreate {
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        let names = &self.names[thread];
-        let mut i = 0;
-        batches(stop, count, || {
-            let p = &names[i % CREATE_NAMES];
-            // SAFETY: NUL-terminated paths.
-            unsafe {
-                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC, 0o644);
-                assert!(fd >= 0, "create: {}", std::io::Error::last_os_error());
-                libc::close(fd);
-                assert_eq!(libc::unlink(p.as_ptr()), 0, "unlink: {}", std::io::Error::last_os_error());
-            }
+            self.s.create(p).expect("create");
+            self.s.unlink(p).expect("unlink");
             i += 1;
         });
     }
@@ -578,34 +445,29 @@ impl Target for HostCreate {
 fn create_unlink(ctx: &Ctx, mode: &str, threads: usize, private: bool) -> std::io::Result<Arc<dyn Target>> {
     let tag = if private { "create-private" } else { "create-shared" };
     memfs_only(ctx, tag)?;
+    on_subject!(ctx, mode, tag, |s| create_on(s, mode, tag, threads, private))
+}
+
+/// Thread `t`'s names: in its own directory `d{t}`, or all in `d0`.
+fn create_on<S: Subject>(
+    s: S,
+    mode: &str,
+    tag: &str,
+    threads: usize,
+    private: bool,
+) -> std::io::Result<Arc<dyn Target>> {
+    need(&s, &[Op::Namespace], mode, tag)?;
     let dirs = if private { threads } else { 1 };
-    match mode {
-        "papaya" | "dashmap" => Err(unsupported(mode, tag)),
-        "memoryfs" => {
-            let fs = super::memoryfs::build(&(0..dirs).map(|d| format!("/c/d{d}")).collect::<Vec<_>>(), &[])?;
-            let names = (0..threads).map(|t| create_names("/c", private, t)).collect();
-            Ok(Arc::new(super::memoryfs::Create { fs, names }))
-        }
-        "host" => {
-            let dir = HostDir::new(ctx, tag)?;
-            for d in 0..dirs {
-                std::fs::create_dir(dir.0.join(format!("d{d}")))?;
-            }
-            let root = dir.0.to_str().ok_or_else(|| std::io::Error::other("host dir is not UTF-8"))?.to_string();
-            let names = (0..threads)
-                .map(|t| create_names(&root, private, t).into_iter().map(|n| cstr(Path::new(&n))).collect())
-                .collect();
-            Ok(Arc::new(HostCreate { _dir: dir, names }))
-        }
-        m => {
-            let vfs = new_vfs(m)?;
-            for d in 0..dirs {
-                vfs.create_dir_all(format!("/c/d{d}"))?;
-            }
-            let names = (0..threads).map(|t| create_names("/c", private, t)).collect();
-            Ok(Arc::new(VfsCreate { vfs, names }))
-        }
+    for d in 0..dirs {
+        s.mkdir_all(&format!("/c/d{d}"))?;
     }
+    let names = (0..threads)
+        .map(|t| {
+            let dir = if private { t } else { 0 };
+            (0..CREATE_NAMES).map(|i| s.path(&format!("/c/d{dir}/t{t}-{i}"))).collect()
+        })
+        .collect();
+    Ok(Arc::new(Create { s, names }))
 }
 
 // ------------------------------------------------------------ rename-storm
@@ -644,43 +506,18 @@ impl Drop for Renamer {
     }
 }
 
-struct VfsStorm {
-    vfs: Vfs,
+struct Storm<S: Subject> {
+    s: Arc<S>,
+    paths: Vec<S::Path>,
     misses: AtomicU64,
     _renamer: Renamer,
 }
 
-impl Target for VfsStorm {
+impl<S: Subject> Target for Storm<S> {
     fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        let paths: Vec<String> = (0..STABLE).map(|i| format!("/storm/s{}", (i + thread) % STABLE)).collect();
-        let mut i = 0;
-        batches(stop, count, || {
-            if self.vfs.metadata(&paths[i % STABLE]).is_err() {
-                self.misses.fetch_add(1, Ordering::Relaxed);
-            }
-            i += 1;
-        });
-    }
-    fn false_negatives(&self) -> Option<u64> {
-        Some(self.misses.load(Ordering::Relaxed))
-    }
-}
-
-struct HostStorm {
-    _dir: Arc<HostDir>,
-    paths: Vec<CString>,
-    misses: AtomicU64,
-    _renamer: Renamer,
-}
-
-impl Target for HostStorm {
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
         let mut i = thread;
         batches(stop, count, || {
-            // SAFETY: NUL-terminated path, writable buffer.
-            if unsafe { libc::stat(self.paths[i % STABLE].as_ptr(), &mut st) } != 0 {
+            if self.s.stat(&self.paths[i % STABLE]).is_err() {
                 self.misses.fetch_add(1, Ordering::Relaxed);
             }
             i += 1;
@@ -693,43 +530,29 @@ impl Target for HostStorm {
 
 fn rename_storm(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
     memfs_only(ctx, "rename-storm")?;
-    match mode {
-        "papaya" | "dashmap" | "memoryfs" => Err(unsupported(mode, "rename-storm")),
-        "host" => {
-            let dir = Arc::new(HostDir::new(ctx, "storm")?);
-            for i in 0..STABLE {
-                std::fs::write(dir.0.join(format!("s{i}")), b"s")?;
-            }
-            for i in 0..MOVING {
-                std::fs::write(dir.0.join(format!("r{i}")), b"r")?;
-            }
-            let paths = (0..STABLE).map(|i| cstr(&dir.0.join(format!("s{i}")))).collect();
-            let d = dir.clone();
-            let renamer = Renamer::start(move |i, out| {
-                let (a, b) = (d.0.join(format!("r{i}")), d.0.join(format!("r{i}.moved")));
-                let r = if out { std::fs::rename(&a, &b) } else { std::fs::rename(&b, &a) };
-                r.expect("host rename");
-            });
-            Ok(Arc::new(HostStorm { _dir: dir, paths, misses: AtomicU64::new(0), _renamer: renamer }))
-        }
-        m => {
-            let vfs = new_vfs(m)?;
-            vfs.create_dir("/storm")?;
-            for i in 0..STABLE {
-                vfs.write(format!("/storm/s{i}"), b"s")?;
-            }
-            for i in 0..MOVING {
-                vfs.write(format!("/storm/r{i}"), b"r")?;
-            }
-            let v = vfs.clone();
-            let renamer = Renamer::start(move |i, out| {
-                let (a, b) = (format!("/storm/r{i}"), format!("/storm/r{i}.moved"));
-                let r = if out { v.rename(&a, &b) } else { v.rename(&b, &a) };
-                r.expect("vfs rename");
-            });
-            Ok(Arc::new(VfsStorm { vfs, misses: AtomicU64::new(0), _renamer: renamer }))
-        }
+    on_subject!(ctx, mode, "storm", |s| storm_on(s, mode))
+}
+
+fn storm_on<S: Subject>(s: S, mode: &str) -> std::io::Result<Arc<dyn Target>> {
+    need(&s, &[Op::Stat, Op::Namespace], mode, "rename-storm")?;
+    s.mkdir_all("/storm")?;
+    for i in 0..STABLE {
+        s.put(&format!("/storm/s{i}"), b"s")?;
     }
+    for i in 0..MOVING {
+        s.put(&format!("/storm/r{i}"), b"r")?;
+    }
+    let paths = (0..STABLE).map(|i| s.path(&format!("/storm/s{i}"))).collect();
+    let moves: Vec<(S::Path, S::Path)> =
+        (0..MOVING).map(|i| (s.path(&format!("/storm/r{i}")), s.path(&format!("/storm/r{i}.moved")))).collect();
+    let s = Arc::new(s);
+    let r = s.clone();
+    let renamer = Renamer::start(move |i, out| {
+        let (a, b) = &moves[i];
+        let res = if out { r.rename(a, b) } else { r.rename(b, a) };
+        res.expect("rename");
+    });
+    Ok(Arc::new(Storm { s, paths, misses: AtomicU64::new(0), _renamer: renamer }))
 }
 
 // --------------------------------------------------------------- tree-walk
@@ -754,54 +577,6 @@ fn leaf_dirs(files: usize) -> Vec<String> {
         }
     }
     v
-}
-
-struct VfsTree {
-    vfs: Vfs,
-    dirs: Vec<String>,
-    /// Passthrough: its counters and the mean components of one stat.
-    host: Option<(Arc<PassthroughStats>, f64)>,
-}
-
-impl Target for VfsTree {
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        let (mut n, mut i) = (0u64, thread);
-        while !stop.load(Ordering::Relaxed) {
-            let dir = &self.dirs[i % self.dirs.len()];
-            for e in self.vfs.read_dir(dir).expect("readdir") {
-                std::hint::black_box(e.expect("entry").metadata().expect("stat"));
-                n += 1;
-            }
-            count.store(n, Ordering::Relaxed);
-            i += 7; // stride through the tree
-        }
-    }
-
-    fn host_lookups(&self) -> Option<(u64, f64)> {
-        self.host.as_ref().map(|(s, c)| (s.lookups.load(Ordering::Relaxed), *c))
-    }
-}
-
-struct HostTree {
-    _dir: Option<HostDir>,
-    root: PathBuf,
-    dirs: Vec<String>,
-}
-
-impl Target for HostTree {
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        let (mut n, mut i) = (0u64, thread);
-        while !stop.load(Ordering::Relaxed) {
-            let dir = self.root.join(self.dirs[i % self.dirs.len()].trim_start_matches('/'));
-            for e in std::fs::read_dir(&dir).expect("readdir") {
-                // `fstatat` on the directory's descriptor, as `find` does.
-                std::hint::black_box(e.expect("entry").metadata().expect("stat"));
-                n += 1;
-            }
-            count.store(n, Ordering::Relaxed);
-            i += 7;
-        }
-    }
 }
 
 /// Every directory under `root` that has entries, as Vfs paths ("/" for
@@ -835,96 +610,72 @@ fn host_tree_dirs(root: &Path) -> std::io::Result<(Vec<String>, f64)> {
     Ok((dirs, components as f64 / entries.max(1) as f64))
 }
 
+struct Tree<S: Subject> {
+    s: S,
+    dirs: Vec<S::Path>,
+    /// The mean components of the path of one entry (for the hit rate).
+    components: f64,
+}
+
+impl<S: Subject> Target for Tree<S> {
+    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
+        let (mut n, mut i) = (0u64, thread);
+        while !stop.load(Ordering::Relaxed) {
+            n += self.s.list_stat(&self.dirs[i % self.dirs.len()]).expect("readdir");
+            count.store(n, Ordering::Relaxed);
+            i += 7; // stride through the tree
+        }
+    }
+
+    fn host_lookups(&self) -> Option<(u64, f64)> {
+        self.s.host_lookups().map(|l| (l, self.components))
+    }
+}
+
 fn tree_walk(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
-    if let Backend::Passthrough(root) = &ctx.backend {
+    on_subject!(ctx, mode, "tree", |s| tree_on(s, ctx, mode))
+}
+
+fn tree_on<S: Subject>(s: S, ctx: &Ctx, mode: &str) -> std::io::Result<Arc<dyn Target>> {
+    need(&s, &[Op::List], mode, "tree-walk")?;
+    let (dirs, components) = if let Backend::Passthrough(root) = &ctx.backend {
         // The tree is whatever the directory holds (a source tree, say).
-        let (dirs, components) = host_tree_dirs(root)?;
-        return match mode {
-            "papaya" | "dashmap" | "memoryfs" => Err(unsupported(mode, "tree-walk")),
-            "host" => Ok(Arc::new(HostTree { _dir: None, root: root.clone(), dirs })),
-            m => {
-                let (vfs, stats) = backend_vfs(ctx, m)?;
-                Ok(Arc::new(VfsTree { vfs, dirs, host: stats.map(|s| (s, components)) }))
+        host_tree_dirs(root)?
+    } else {
+        let dirs = leaf_dirs(ctx.tree_files);
+        let per = tree_shape(ctx.tree_files).3;
+        for d in &dirs {
+            s.mkdir_all(d)?;
+            for f in 0..per {
+                s.put(&format!("{d}/f{f}"), b"")?;
             }
-        };
-    }
-    let dirs = leaf_dirs(ctx.tree_files);
-    let per = tree_shape(ctx.tree_files).3;
-    match mode {
-        "papaya" | "dashmap" => Err(unsupported(mode, "tree-walk")),
-        "memoryfs" => {
-            let files: Vec<String> = dirs.iter().flat_map(|d| (0..per).map(move |f| format!("{d}/f{f}"))).collect();
-            let fs = super::memoryfs::build(&dirs, &files)?;
-            Ok(Arc::new(super::memoryfs::Tree { fs, dirs }))
         }
-        "host" => {
-            let dir = HostDir::new(ctx, "tree")?;
-            for d in &dirs {
-                let p = dir.0.join(d.trim_start_matches('/'));
-                std::fs::create_dir_all(&p)?;
-                for f in 0..per {
-                    std::fs::write(p.join(format!("f{f}")), b"")?;
-                }
-            }
-            let root = dir.0.clone();
-            Ok(Arc::new(HostTree { _dir: Some(dir), root, dirs }))
-        }
-        m => {
-            let (vfs, _) = backend_vfs(ctx, m)?;
-            for d in &dirs {
-                vfs.create_dir_all(d)?;
-                for f in 0..per {
-                    vfs.write(format!("{d}/f{f}"), b"")?;
-                }
-            }
-            Ok(Arc::new(VfsTree { vfs, dirs, host: None }))
-        }
-    }
+        (dirs, 5.0)
+    };
+    let dirs = dirs.iter().map(|d| s.path(d)).collect();
+    Ok(Arc::new(Tree { s, dirs, components }))
 }
 
 // ------------------------------------------------------------- page cache
 
 const DD_SIZE: u64 = 2 << 20;
 
-struct VfsDd {
-    files: Vec<File>,
+struct Dd<S: Subject> {
+    s: S,
+    files: Vec<S::File>,
     write: bool,
 }
 
-impl Target for VfsDd {
+impl<S: Subject> Target for Dd<S> {
     fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
         let f = &self.files[thread % self.files.len()];
         let mut pos = 0u64;
         let mut b = [0u8; 1];
         batches(stop, count, || {
             if self.write {
-                f.write_at(&[pos as u8], pos).expect("write");
+                self.s.write_at(f, &[pos as u8], pos).expect("write");
             } else {
-                f.read_at(&mut b, pos).expect("read");
-                std::hint::black_box(b);
-            }
-            pos = (pos + 1) % DD_SIZE;
-        });
-    }
-}
-
-struct HostDd {
-    _dir: HostDir,
-    fds: Vec<std::fs::File>,
-    write: bool,
-}
-
-impl Target for HostDd {
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        use std::os::unix::fs::FileExt;
-        let f = &self.fds[thread % self.fds.len()];
-        let mut pos = 0u64;
-        let mut b = [0u8; 1];
-        batches(stop, count, || {
-            if self.write {
-                f.write_at(&[pos as u8], pos).expect("write");
-            } else {
-                f.read_at(&mut b, pos).expect("read");
+                self.s.read_at(f, &mut b, pos).expect("read");
                 std::hint::black_box(b);
             }
             pos = (pos + 1) % DD_SIZE;
@@ -934,30 +685,19 @@ impl Target for HostDd {
 
 fn dd(ctx: &Ctx, mode: &str, threads: usize, write: bool) -> std::io::Result<Arc<dyn Target>> {
     memfs_only(ctx, "dd")?;
+    on_subject!(ctx, mode, "dd", |s| dd_on(s, mode, threads, write))
+}
+
+fn dd_on<S: Subject>(s: S, mode: &str, threads: usize, write: bool) -> std::io::Result<Arc<dyn Target>> {
+    need(&s, &[Op::Data], mode, "dd")?;
     let content = vec![0x5Au8; DD_SIZE as usize];
-    match mode {
-        "papaya" | "dashmap" | "memoryfs" => Err(unsupported(mode, "dd")),
-        "host" => {
-            let dir = HostDir::new(ctx, "dd")?;
-            let mut fds = Vec::new();
-            for t in 0..threads {
-                let p = dir.0.join(format!("f{t}"));
-                std::fs::write(&p, &content)?;
-                fds.push(std::fs::OpenOptions::new().read(true).write(true).open(&p)?);
-            }
-            Ok(Arc::new(HostDd { _dir: dir, fds, write }))
-        }
-        m => {
-            let vfs = new_vfs(m)?;
-            let mut files = Vec::new();
-            for t in 0..threads {
-                let p = format!("/f{t}");
-                vfs.write(&p, &content)?;
-                files.push(vfs.open(&p, OpenOptions::new().read(true).write(true))?);
-            }
-            Ok(Arc::new(VfsDd { files, write }))
-        }
+    let mut files = Vec::new();
+    for t in 0..threads {
+        let p = format!("/f{t}");
+        s.put(&p, &content)?;
+        files.push(s.open_rw(&p)?);
     }
+    Ok(Arc::new(Dd { s, files, write }))
 }
 
 const MIX_FILES: usize = 4;
@@ -979,43 +719,22 @@ fn mix_op(x: &mut u64, write_share: f64) -> (usize, u64, bool) {
     (file, off, write)
 }
 
-struct VfsMix {
-    files: Vec<File>,
+struct Mix<S: Subject> {
+    s: S,
+    files: Vec<S::File>,
     write_share: f64,
 }
 
-impl Target for VfsMix {
+impl<S: Subject> Target for Mix<S> {
     fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
         let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (thread as u64 + 1);
         let mut buf = [0u8; 64];
         batches(stop, count, || {
             let (f, off, write) = mix_op(&mut x, self.write_share);
             if write {
-                self.files[f].write_at(&buf, off).expect("write");
+                self.s.write_at(&self.files[f], &buf, off).expect("write");
             } else {
-                self.files[f].read_at(&mut buf, off).expect("read");
-            }
-        });
-    }
-}
-
-struct HostMix {
-    _dir: HostDir,
-    fds: Vec<std::fs::File>,
-    write_share: f64,
-}
-
-impl Target for HostMix {
-    fn run(&self, thread: usize, stop: &AtomicBool, count: &AtomicU64) {
-        use std::os::unix::fs::FileExt;
-        let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (thread as u64 + 1);
-        let mut buf = [0u8; 64];
-        batches(stop, count, || {
-            let (f, off, write) = mix_op(&mut x, self.write_share);
-            if write {
-                self.fds[f].write_at(&buf, off).expect("write");
-            } else {
-                self.fds[f].read_at(&mut buf, off).expect("read");
+                self.s.read_at(&self.files[f], &mut buf, off).expect("read");
             }
         });
     }
@@ -1023,28 +742,17 @@ impl Target for HostMix {
 
 fn pagecache_mix(ctx: &Ctx, mode: &str, _threads: usize) -> std::io::Result<Arc<dyn Target>> {
     memfs_only(ctx, "pagecache-mix")?;
+    on_subject!(ctx, mode, "mix", |s| mix_on(s, mode, ctx.write_share))
+}
+
+fn mix_on<S: Subject>(s: S, mode: &str, write_share: f64) -> std::io::Result<Arc<dyn Target>> {
+    need(&s, &[Op::Data], mode, "pagecache-mix")?;
     let content = vec![0x33u8; MIX_SIZE as usize];
-    match mode {
-        "papaya" | "dashmap" | "memoryfs" => Err(unsupported(mode, "pagecache-mix")),
-        "host" => {
-            let dir = HostDir::new(ctx, "mix")?;
-            let mut fds = Vec::new();
-            for i in 0..MIX_FILES {
-                let p = dir.0.join(format!("m{i}"));
-                std::fs::write(&p, &content)?;
-                fds.push(std::fs::OpenOptions::new().read(true).write(true).open(&p)?);
-            }
-            Ok(Arc::new(HostMix { _dir: dir, fds, write_share: ctx.write_share }))
-        }
-        m => {
-            let vfs = new_vfs(m)?;
-            let mut files = Vec::new();
-            for i in 0..MIX_FILES {
-                let p = format!("/m{i}");
-                vfs.write(&p, &content)?;
-                files.push(vfs.open(&p, OpenOptions::new().read(true).write(true))?);
-            }
-            Ok(Arc::new(VfsMix { files, write_share: ctx.write_share }))
-        }
+    let mut files = Vec::new();
+    for i in 0..MIX_FILES {
+        let p = format!("/m{i}");
+        s.put(&p, &content)?;
+        files.push(s.open_rw(&p)?);
     }
+    Ok(Arc::new(Mix { s, files, write_share }))
 }
