@@ -4,11 +4,12 @@
 //! list. Reports the exit phase's elapsed time and CPU time (user + system,
 //! from getrusage) per mode, like the seed's table.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use rcuvfs::{ListMode, OpenOptions, Vfs};
+use rcuvfs::{ListMode, Vfs};
+
+use super::subject::{HostSubject, Subject, VfsSubject};
 
 pub const MODES: &[&str] = &["locked", "batch", "percpu", "host"];
 
@@ -17,12 +18,6 @@ pub struct ExitRun {
     pub create_seconds: f64,
     pub exit_seconds: f64,
     pub exit_cpu_seconds: f64,
-}
-
-/// One thread's files: a Vfs handle or a host file, by name.
-enum Files {
-    Vfs(Vfs, Vec<(String, rcuvfs::File)>),
-    Host(Vec<(PathBuf, std::fs::File)>),
 }
 
 /// Raises the open-file limit to its hard maximum (the host peer keeps
@@ -49,68 +44,51 @@ pub fn run(mode: &str, threads: usize, per_thread: usize, host_dir: &std::path::
         if need > limit {
             return Err(std::io::Error::other(format!("needs {need} open files, RLIMIT_NOFILE allows {limit}")));
         }
+        return run_on(Arc::new(HostSubject::scratch(host_dir, "exit")?), threads, per_thread);
     }
-    let vfs = match mode {
-        "host" => None,
-        m => {
-            let list = ListMode::from_name(m).ok_or_else(|| std::io::Error::other(format!("unknown mode {m}")))?;
-            Some(Vfs::builder().inode_list(list).build()?)
-        }
-    };
-    let host_root = host_dir.join(format!("rcuvfs-exit-{}", std::process::id()));
+    let list = ListMode::from_name(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
+    let vfs = Vfs::builder().inode_list(list).build()?;
+    let r = run_on(Arc::new(VfsSubject { vfs: vfs.clone(), stats: None }), threads, per_thread)?;
+    // Every file's inode left the superblock list; the root, /x and the
+    // threads' directories remain.
+    let mut left = 0;
+    vfs.for_each_inode(|_| left += 1);
+    if left != 2 + threads {
+        return Err(std::io::Error::other(format!("{left} inodes left on the superblock list")));
+    }
+    Ok(r)
+}
+
+/// The run on `s`: each thread creates its files and keeps them open;
+/// after both barriers, it unlinks each and closes them all.
+fn run_on<S: Subject>(s: Arc<S>, threads: usize, per_thread: usize) -> std::io::Result<ExitRun> {
     let created = Arc::new(Barrier::new(threads + 1));
     let go = Arc::new(Barrier::new(threads + 1));
     let t0 = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let (vfs, created, go, host_root) = (vfs.clone(), created.clone(), go.clone(), host_root.clone());
+            let (s, created, go) = (s.clone(), created.clone(), go.clone());
             std::thread::spawn(move || -> std::io::Result<()> {
                 // Whatever happens, reach both barriers, so that an error
                 // is reported instead of leaving the others waiting.
-                let setup = || -> std::io::Result<Files> {
-                    Ok(match vfs {
-                        Some(v) => {
-                            let dir = format!("/x/t{t}");
-                            v.create_dir_all(&dir)?;
-                            let mut fs = Vec::with_capacity(per_thread);
-                            for i in 0..per_thread {
-                                let p = format!("{dir}/f{i}");
-                                let f = v.open(&p, OpenOptions::new().write(true).create(true))?;
-                                fs.push((p, f));
-                            }
-                            Files::Vfs(v, fs)
-                        }
-                        None => {
-                            let dir = host_root.join(format!("t{t}"));
-                            std::fs::create_dir_all(&dir)?;
-                            let mut fs = Vec::with_capacity(per_thread);
-                            for i in 0..per_thread {
-                                let p = dir.join(format!("f{i}"));
-                                let f = std::fs::File::create(&p)?;
-                                fs.push((p, f));
-                            }
-                            Files::Host(fs)
-                        }
-                    })
+                let setup = || -> std::io::Result<Vec<(S::Path, S::File)>> {
+                    let dir = format!("/x/t{t}");
+                    s.mkdir_all(&dir)?;
+                    (0..per_thread)
+                        .map(|i| {
+                            let p = format!("{dir}/f{i}");
+                            Ok((s.path(&p), s.create_open(&p)?))
+                        })
+                        .collect()
                 };
                 let files = setup();
                 created.wait();
                 go.wait();
                 let mut files = files?;
-                match &mut files {
-                    Files::Vfs(v, fs) => {
-                        for (p, _) in fs.iter() {
-                            v.remove_file(p)?;
-                        }
-                        fs.clear(); // close: the last reference evicts the inode
-                    }
-                    Files::Host(fs) => {
-                        for (p, _) in fs.iter() {
-                            std::fs::remove_file(p)?;
-                        }
-                        fs.clear();
-                    }
+                for (p, _) in &files {
+                    s.unlink(p)?;
                 }
+                files.clear(); // close: the last reference evicts the inode
                 Ok(())
             })
         })
@@ -128,16 +106,6 @@ pub fn run(mode: &str, threads: usize, per_thread: usize, host_dir: &std::path::
     }
     let exit_seconds = t1.elapsed().as_secs_f64();
     let exit_cpu_seconds = super::cpu_time() - cpu0;
-    let _ = std::fs::remove_dir_all(&host_root);
-    if let Some(v) = &vfs {
-        // Every file's inode left the superblock list; the root, /x and the
-        // threads' directories remain.
-        let mut left = 0;
-        v.for_each_inode(|_| left += 1);
-        if left != 2 + threads {
-            return Err(std::io::Error::other(format!("{left} inodes left on the superblock list")));
-        }
-    }
     result?;
     Ok(ExitRun { files: (threads * per_thread) as u64, create_seconds, exit_seconds, exit_cpu_seconds })
 }

@@ -56,6 +56,8 @@ pub trait Subject: Send + Sync + Sized + 'static {
     fn put(&self, p: &str, data: &[u8]) -> std::io::Result<()>;
     /// Setup: opens an existing file to read and write.
     fn open_rw(&self, p: &str) -> std::io::Result<Self::File>;
+    /// Setup: creates a file and keeps it open.
+    fn create_open(&self, p: &str) -> std::io::Result<Self::File>;
 
     /// `stat` (following symlinks); the result goes to `black_box`.
     fn stat(&self, p: &Self::Path) -> std::io::Result<()>;
@@ -114,6 +116,9 @@ impl Subject for VfsSubject {
     }
     fn open_rw(&self, p: &str) -> std::io::Result<File> {
         self.vfs.open(p, OpenOptions::new().read(true).write(true))
+    }
+    fn create_open(&self, p: &str) -> std::io::Result<File> {
+        self.vfs.open(p, OpenOptions::new().write(true).create(true))
     }
     #[inline]
     fn stat(&self, p: &String) -> std::io::Result<()> {
@@ -255,6 +260,9 @@ impl Subject for HostSubject {
     fn open_rw(&self, p: &str) -> std::io::Result<std::fs::File> {
         std::fs::OpenOptions::new().read(true).write(true).open(self.full(p))
     }
+    fn create_open(&self, p: &str) -> std::io::Result<std::fs::File> {
+        std::fs::File::create(self.full(p))
+    }
     #[inline]
     fn stat(&self, p: &HostPath) -> std::io::Result<()> {
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -366,6 +374,9 @@ impl Subject for MemoryFsSubject {
         self.fs.create_file(p).map_err(vio)?.write_all(data)
     }
     fn open_rw(&self, _: &str) -> std::io::Result<()> {
+        Err(unsupported("open"))
+    }
+    fn create_open(&self, _: &str) -> std::io::Result<()> {
         Err(unsupported("open"))
     }
     #[inline]
@@ -492,6 +503,9 @@ impl<K: FlatMap> Subject for MapSubject<K> {
         Ok(())
     }
     fn open_rw(&self, _: &str) -> std::io::Result<()> {
+        Err(unsupported("open"))
+    }
+    fn create_open(&self, _: &str) -> std::io::Result<()> {
         Err(unsupported("open"))
     }
     #[inline]
