@@ -50,7 +50,7 @@ use crate::counters::LiveCounters;
 use crate::filemap::PageCache;
 use crate::fs::{Attr, FileSystem, FileType, Ino, Timespec};
 use crate::sync::index::{Index, InsertError, Probe};
-use crate::sync::list_batch::{InodeList, ListMode, Node};
+use crate::sync::list_batch::{InodeList, Link, ListMode};
 use crate::sync::lockref::DEAD;
 use crate::sync::shard::{Padded, SHARDS};
 use crate::sync::{Lockref, Rcu, SeqLock};
@@ -164,7 +164,7 @@ pub(crate) struct Inode {
     /// their `alias_next`. Under `times.alias_lock`.
     alias_head: crate::sync::atomic::UnsafeCell<*const crate::dcache::Dentry>,
     /// Membership of the superblock's inode list.
-    sb: Node,
+    sb_link: Link,
 }
 
 #[cfg(not(loom))]
@@ -258,7 +258,7 @@ impl Inode {
             data: AtomicPtr::new(ptr::null_mut()),
             refs: Lockref::new(0),
             nlookup: AtomicU64::new(0),
-            sb: Node::new(),
+            sb_link: Link::new(),
             entries: Index::new(),
             xattrs: AtomicPtr::new(std::ptr::null_mut()),
         }
@@ -739,7 +739,7 @@ impl InodeTable {
             // sublist's lock), added as a pointer into the whole inode
             // (`addr_of!` through a reference to it): stepping back to the
             // inode stays within what the pointer may reach.
-            let i = unsafe { &*((n as *const u8).sub(std::mem::offset_of!(Inode, sb)) as *const Inode) };
+            let i = unsafe { &*((n as *const u8).sub(std::mem::offset_of!(Inode, sb_link)) as *const Inode) };
             f(i.ino)
         });
     }
@@ -804,7 +804,7 @@ impl InodeTable {
         }
         // SAFETY: a new inode, on no list; it leaves the list before it is
         // freed (`free`).
-        unsafe { self.list.add(ptr::addr_of!(i.sb)) };
+        unsafe { self.list.add(ptr::addr_of!(i.sb_link)) };
         p
     }
 
@@ -882,7 +882,7 @@ impl InodeTable {
             counters.add_inode(1);
             // SAFETY: a new inode, on no list; it leaves the list before it
             // is freed. Our reference keeps it alive meanwhile.
-            unsafe { self.list.add(ptr::addr_of!(i.sb)) };
+            unsafe { self.list.add(ptr::addr_of!(i.sb_link)) };
             return Ok(p);
         }
     }
@@ -996,7 +996,7 @@ impl InodeTable {
         part.shrink_if_sparse(rcu);
         // SAFETY: added when the inode was made; only this, its end,
         // deletes it.
-        unsafe { self.list.del(ptr::addr_of!(inode.sb)) };
+        unsafe { self.list.del(ptr::addr_of!(inode.sb_link)) };
         if let Some(f) = &self.on_free {
             f(inode);
         }
@@ -1078,7 +1078,7 @@ impl InodeTable {
             let i = unsafe { &*p };
             f(i);
             // SAFETY: on the list since its creation.
-            unsafe { self.list.del(ptr::addr_of!(i.sb)) };
+            unsafe { self.list.del(ptr::addr_of!(i.sb_link)) };
             // SAFETY: the caller's contract: no reader is left.
             drop(unsafe { Box::from_raw(p as *mut Inode) });
         }
@@ -1160,7 +1160,7 @@ fn what_a_stat_reads_fills_the_first_two_lines() {
     for (what, off) in [
         ("refs", at(&i.refs as *const _ as *const u8)),
         ("nlookup", at(&i.nlookup as *const _ as *const u8)),
-        ("the list node", at(&i.sb as *const _ as *const u8)),
+        ("the list link", at(&i.sb_link as *const _ as *const u8)),
     ] {
         assert!(off >= 128, "{what} shares a line with the attributes (byte {off})");
     }

@@ -7,7 +7,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use rcuvfs::sync::atomic::loom_model as model;
-use rcuvfs::sync::list_batch::{InodeList, ListMode, Node};
+use rcuvfs::sync::list_batch::{InodeList, Link, ListMode};
 
 fn listed(list: &InodeList) -> Vec<usize> {
     let mut k = Vec::new();
@@ -25,8 +25,8 @@ fn loom_batch_applies_every_queued_request_once() {
     model(|| {
         let list = Arc::new(InodeList::new(ListMode::Batch));
         // Nodes outlive the model's threads (leaked: loom runs many times).
-        let a: &'static Node = Box::leak(Box::new(Node::new()));
-        let c: &'static Node = Box::leak(Box::new(Node::new()));
+        let a: &'static Link = Box::leak(Box::new(Link::new()));
+        let c: &'static Link = Box::leak(Box::new(Link::new()));
         // SAFETY: fresh node, leaked.
         unsafe { list.add(c) };
         let t = {
@@ -45,6 +45,6 @@ fn loom_batch_applies_every_queued_request_once() {
         unsafe { list.del(c) };
         assert!(!c.is_listed(), "del returned before it was applied");
         t.join().unwrap();
-        assert_eq!(listed(&list), vec![a as *const Node as usize]);
+        assert_eq!(listed(&list), vec![a as *const Link as usize]);
     });
 }

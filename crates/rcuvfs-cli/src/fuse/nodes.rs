@@ -17,7 +17,7 @@ use rcuvfs::{Cred, Entry, File, FileType, Metadata, OpenOptions, Vfs};
 use super::ops::{errno, kind};
 
 /// One node the kernel knows: a handle and the kernel's lookup count.
-struct Node {
+struct KernelNode {
     pub(super) entry: Entry,
     pub(super) nlookup: u64,
 }
@@ -100,7 +100,7 @@ pub(super) struct Server {
     /// The library's root inode number (swapped with FUSE's 1).
     pub(super) root_ino: u64,
     pub(super) ttl: Duration,
-    nodes: DashMap<u64, Node>,
+    nodes: DashMap<u64, KernelNode>,
     pub(super) files: DashMap<u64, Arc<OpenFile>>,
     pub(super) next_fh: AtomicU64,
 }
@@ -130,7 +130,7 @@ impl Server {
         let root_ino = root.ino();
         let nodes = DashMap::new();
         // The root is never forgotten.
-        nodes.insert(1, Node { entry: root, nlookup: 1 });
+        nodes.insert(1, KernelNode { entry: root, nlookup: 1 });
         Server {
             vfs,
             data,
@@ -207,7 +207,7 @@ impl Server {
                 Some(e)
             }
             dashmap::mapref::entry::Entry::Vacant(v) => {
-                v.insert(Node { entry: e, nlookup: 1 });
+                v.insert(KernelNode { entry: e, nlookup: 1 });
                 None
             }
         };

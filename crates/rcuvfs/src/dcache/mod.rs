@@ -155,8 +155,8 @@ pub(crate) struct Dcache {
     root: *const Dentry,
     /// Every live superblock (`*const Super`), the root one first.
     supers: Mutex<Vec<usize>>,
-    /// The inode list mode of every superblock.
-    list: ListMode,
+    /// How every superblock's inode list is locked.
+    inode_list: ListMode,
     pub counters: Arc<LiveCounters>,
     /// The mount table.
     pub ns: Namespace,
@@ -185,7 +185,8 @@ pub(crate) struct DcacheOptions {
     pub packed: bool,
     /// Every reference change takes `d_lock` (the `dlock` mode).
     pub lock_only: bool,
-    pub list: ListMode,
+    /// How every superblock's inode list is locked.
+    pub inode_list: ListMode,
     pub target: usize,
     pub negative_target: usize,
 }
@@ -205,7 +206,7 @@ impl Dcache {
             negative_target: o.negative_target,
             root: ptr::null(),
             supers: Mutex::new(Vec::new()),
-            list: o.list,
+            inode_list: o.inode_list,
             // The shrinker reads the approximate count and allows a slack
             // of 1/64 of the target: the counters' error (shards times
             // batch) stays under a quarter of that, so a small cache counts
@@ -230,7 +231,7 @@ impl Dcache {
     /// superblock's life: the count of 1 is the filesystem's own).
     pub fn new_super(&self, fs: Arc<dyn FileSystem>) -> std::io::Result<*const Super> {
         let attr = fs.getattr(fs.root())?;
-        let sb = Super::new(fs, self.list, self.rcu.clone());
+        let sb = Super::new(fs, self.inode_list, self.rcu.clone());
         // SAFETY: just allocated; freed only by `kill_super` or teardown.
         let sbr = unsafe { &*sb };
         // The root's implicit lookup reference is the filesystem's own.

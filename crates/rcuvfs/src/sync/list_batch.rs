@@ -16,7 +16,7 @@
 //! |-----------------------|---------------------------------------------------|
 //! | a sublist's `lock`    | that sublist's head and the links of every node on it |
 //!
-//! A node is on at most one sublist; `Node::shard` says which, written under
+//! A node is on at most one sublist; `Link::shard` says which, written under
 //! that sublist's lock. Iteration takes each sublist's lock in turn (in
 //! `batch` mode it first drains the queue), so it sees every node added
 //! before it started and not deleted before it reached that sublist.
@@ -44,9 +44,9 @@ pub use crate::modes::ListMode;
 
 /// A list membership, embedded in the listed object (an inode, which
 /// finds itself from its node: `InodeTable::for_each_ino`).
-pub struct Node {
-    prev: UnsafeCell<*const Node>,
-    next: UnsafeCell<*const Node>,
+pub struct Link {
+    prev: UnsafeCell<*const Link>,
+    next: UnsafeCell<*const Link>,
     /// The sublist the node is on; `NOT_LISTED` when on none.
     shard: AtomicU32,
 }
@@ -55,19 +55,24 @@ const NOT_LISTED: u32 = u32::MAX;
 
 // SAFETY: the links are touched only under the lock of the sublist the node
 // is on (or, for a queued request, by the combiner holding that lock).
-unsafe impl Send for Node {}
+unsafe impl Send for Link {}
 // SAFETY: as above.
-unsafe impl Sync for Node {}
+unsafe impl Sync for Link {}
 
-impl Default for Node {
+/// The name [`Link`] had before (one of three unrelated `Node`s in the
+/// crate).
+#[deprecated(note = "renamed Link")]
+pub type Node = Link;
+
+impl Default for Link {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Node {
-    pub fn new() -> Node {
-        Node {
+impl Link {
+    pub fn new() -> Link {
+        Link {
             prev: UnsafeCell::new(ptr::null()),
             next: UnsafeCell::new(ptr::null()),
             shard: AtomicU32::new(NOT_LISTED),
@@ -89,7 +94,7 @@ enum Op {
 /// A queued request (batch mode), on its owner's stack.
 struct Req {
     op: Op,
-    node: *const Node,
+    node: *const Link,
     next: *mut Req,
     done: AtomicBool,
 }
@@ -101,7 +106,7 @@ struct Req {
 #[repr(align(128))]
 struct Shard {
     lock: RawMutex,
-    head: UnsafeCell<*const Node>,
+    head: UnsafeCell<*const Link>,
     len: UnsafeCell<usize>,
     /// Batch mode: requests waiting for a combiner (a Treiber stack).
     pending: AtomicPtr<Req>,
@@ -122,7 +127,7 @@ impl Shard {
     /// # Safety
     /// The caller holds this shard's lock; `node` is live, and for `Del` is
     /// on this shard.
-    unsafe fn apply(&self, op: Op, p: *const Node, idx: u32) {
+    unsafe fn apply(&self, op: Op, p: *const Link, idx: u32) {
         // SAFETY: the lock is held (caller), which covers the head, the
         // length and the links of every node on this shard. `p` is kept as
         // given (its provenance covers the object the node is part of, which
@@ -247,7 +252,7 @@ impl InodeList {
     /// # Safety
     /// `node` is not on any list and stays alive until deleted. The list
     /// keeps the pointer as given: `for_each` hands it back.
-    pub unsafe fn add(&self, node: *const Node) {
+    pub unsafe fn add(&self, node: *const Link) {
         let idx = if self.shards.len() > 1 { current_cpu() % self.shards.len() } else { 0 };
         // SAFETY: forwarded from the caller.
         unsafe { self.run(idx, Op::Add, node) };
@@ -257,7 +262,7 @@ impl InodeList {
     ///
     /// # Safety
     /// `node` is on this list.
-    pub unsafe fn del(&self, node: *const Node) {
+    pub unsafe fn del(&self, node: *const Link) {
         // SAFETY: on this list, so live (caller).
         let idx = unsafe { &*node }.shard.load(Ordering::Relaxed);
         debug_assert_ne!(idx, NOT_LISTED);
@@ -265,7 +270,7 @@ impl InodeList {
         unsafe { self.run(idx as usize, Op::Del, node) };
     }
 
-    unsafe fn run(&self, idx: usize, op: Op, node: *const Node) {
+    unsafe fn run(&self, idx: usize, op: Op, node: *const Link) {
         let shard = &self.shards[idx];
         if self.mode != ListMode::Batch {
             shard.lock.lock();
@@ -319,7 +324,7 @@ impl InodeList {
 
     /// Calls `f` with every node, as the pointer it was added with (for
     /// eviction, sync, statistics), under its sublist's lock.
-    pub fn for_each(&self, mut f: impl FnMut(*const Node)) {
+    pub fn for_each(&self, mut f: impl FnMut(*const Link)) {
         for (i, shard) in self.shards.iter().enumerate() {
             shard.lock.lock();
             // SAFETY: locked.
@@ -366,7 +371,7 @@ mod tests {
     use std::sync::Arc;
 
     /// A leaked node slice handed back from a thread.
-    struct SendSlice(*mut [Node]);
+    struct SendSlice(*mut [Link]);
     // SAFETY: the nodes are Sync; the pointer is only freed by the receiver.
     unsafe impl Send for SendSlice {}
 
@@ -383,10 +388,10 @@ mod tests {
                         // Leaked up front: a listed node must never move, and
                         // moving a Box would also assert (Stacked Borrows) that
                         // nothing else points into it. Freed after the list.
-                        let raw: *mut [Node] = Box::into_raw((0..per).map(|_| Node::new()).collect::<Box<[Node]>>());
+                        let raw: *mut [Link] = Box::into_raw((0..per).map(|_| Link::new()).collect::<Box<[Link]>>());
                         // SAFETY: just allocated; only shared references are
                         // made from `raw` until it is freed after the list.
-                        let nodes: &[Node] = unsafe { &*raw };
+                        let nodes: &[Link] = unsafe { &*raw };
                         for n in nodes {
                             // SAFETY: fresh node at a stable address, alive
                             // until after the list is dropped.
@@ -407,7 +412,7 @@ mod tests {
             let want: BTreeSet<usize> = nodes
                 .iter()
                 // SAFETY: the slices are alive until freed below.
-                .flat_map(|s| unsafe { &*s.0 }.iter().skip(1).step_by(2).map(|n| n as *const Node as usize))
+                .flat_map(|s| unsafe { &*s.0 }.iter().skip(1).step_by(2).map(|n| n as *const Link as usize))
                 .collect();
             assert_eq!(seen, want, "{mode:?}");
             assert_eq!(list.len(), want.len());

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{attach, Vfs, VfsState, Views};
+use super::{install_notify, Vfs, VfsState, Views};
 use crate::cred::Cred;
 use crate::dcache::{Dcache, DcacheOptions};
 use crate::error::Result;
@@ -131,7 +131,7 @@ impl VfsBuilder {
             DcacheOptions {
                 packed: self.layout == Layout::Packed,
                 lock_only: self.mode.locks_every_reference(),
-                list: self.inode_list,
+                inode_list: self.inode_list,
                 target: dcache_target,
                 negative_target: self.negative_dentries.unwrap_or(dcache_target / 4),
             },
@@ -148,7 +148,7 @@ impl VfsBuilder {
         // The handles' strong reference (see `Views`).
         // SAFETY: `state` is a live Arc.
         unsafe { Arc::increment_strong_count(Arc::as_ptr(&state)) };
-        attach(&state, &fs);
+        install_notify(&state, &fs);
         Ok(Vfs { state: Arc::new(Views(state)), cred: Arc::new(Cred::root()), cwd: None, umask: self.umask })
     }
 }

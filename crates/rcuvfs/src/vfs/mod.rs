@@ -75,7 +75,7 @@ mod xattr;
 pub use builder::VfsBuilder;
 pub use dir::{DirEntry, DirEntryPlus, ReadDir, TreeWalk, WalkEntry};
 pub use handle::Entry;
-use notify::attach;
+use notify::install_notify;
 pub(crate) use open::touch_atime;
 pub use types::{Metadata, Permissions, Stats};
 use walk::{lock_name, Begun, DirPin, Named};

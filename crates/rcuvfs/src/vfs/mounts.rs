@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{attach, bytes, Entry, Start, Vfs};
+use super::{bytes, install_notify, Entry, Start, Vfs};
 use crate::dcache::{Dcache, Dentry};
 use crate::error::{fail, Result, EBUSY, EINVAL, ENOENT, ENOTDIR, EPERM};
 use crate::fs::FileSystem;
@@ -47,7 +47,7 @@ impl Vfs {
         if let Some(b) = fs.inode_budget() {
             self.dc().cap_target(b);
         }
-        attach(&self.state, &fs);
+        install_notify(&self.state, &fs);
         Ok(())
     }
 

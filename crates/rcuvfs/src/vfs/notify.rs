@@ -8,7 +8,7 @@ use crate::dcache::Dcache;
 use crate::fs::{FileSystem, Ino, Notify};
 
 /// Gives `fs`, served by `state`, its way to report outside changes.
-pub(super) fn attach(state: &Arc<VfsState>, fs: &Arc<dyn FileSystem>) {
+pub(super) fn install_notify(state: &Arc<VfsState>, fs: &Arc<dyn FileSystem>) {
     fs.attach(Arc::new(VfsNotify {
         state: Arc::downgrade(state),
         fs: Arc::as_ptr(fs) as *const () as usize,
