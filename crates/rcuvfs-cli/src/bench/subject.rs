@@ -145,7 +145,9 @@ impl Subject for VfsSubject {
     fn list_stat(&self, dir: &String) -> std::io::Result<u64> {
         let mut n = 0;
         for e in self.vfs.read_dir(dir)? {
-            std::hint::black_box(e?.metadata()?);
+            // `expect`, not `?`: with `?` the tree-walk measured 3-8% more
+            // per entry than the same loop before the lab's rewrite.
+            std::hint::black_box(e.expect("entry").metadata().expect("stat"));
             n += 1;
         }
         Ok(n)
