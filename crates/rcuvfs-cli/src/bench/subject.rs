@@ -32,7 +32,8 @@ pub enum Op {
     Data,
 }
 
-/// A filesystem (or a stand-in for one) that workloads run on.
+/// A filesystem (or a stand-in for one) that workloads run on. What a
+/// subject lacks answers an error (see [`Subject::can`]).
 pub trait Subject: Send + Sync + Sized + 'static {
     /// A path as this subject takes it.
     type Path: Default + Send + Sync;
@@ -55,29 +56,51 @@ pub trait Subject: Send + Sync + Sized + 'static {
     /// Setup: writes a whole file (or, for a map, records it).
     fn put(&self, p: &str, data: &[u8]) -> std::io::Result<()>;
     /// Setup: opens an existing file to read and write.
-    fn open_rw(&self, p: &str) -> std::io::Result<Self::File>;
+    fn open_rw(&self, _p: &str) -> std::io::Result<Self::File> {
+        Err(unsupported("open"))
+    }
     /// Setup: creates a file and keeps it open.
-    fn create_open(&self, p: &str) -> std::io::Result<Self::File>;
+    fn create_open(&self, _p: &str) -> std::io::Result<Self::File> {
+        Err(unsupported("open"))
+    }
 
     /// `stat` (following symlinks); the result goes to `black_box`.
     fn stat(&self, p: &Self::Path) -> std::io::Result<()>;
     /// `open(O_WRONLY | O_CREAT)` and `close`.
-    fn create(&self, p: &Self::Path) -> std::io::Result<()>;
+    fn create(&self, _p: &Self::Path) -> std::io::Result<()> {
+        Err(unsupported("create"))
+    }
     /// `open(O_WRONLY | O_CREAT | O_TRUNC)`, a write of `data`, `close`.
-    fn write_new(&self, p: &Self::Path, data: &[u8]) -> std::io::Result<()>;
+    fn write_new(&self, _p: &Self::Path, _data: &[u8]) -> std::io::Result<()> {
+        Err(unsupported("write"))
+    }
     /// `open(O_RDONLY)`, one read into `buf`, `close`.
-    fn read_some(&self, p: &Self::Path, buf: &mut [u8]) -> std::io::Result<usize>;
-    fn unlink(&self, p: &Self::Path) -> std::io::Result<()>;
-    fn rename(&self, from: &Self::Path, to: &Self::Path) -> std::io::Result<()>;
+    fn read_some(&self, _p: &Self::Path, _buf: &mut [u8]) -> std::io::Result<usize> {
+        Err(unsupported("read"))
+    }
+    fn unlink(&self, _p: &Self::Path) -> std::io::Result<()> {
+        Err(unsupported("unlink"))
+    }
+    fn rename(&self, _from: &Self::Path, _to: &Self::Path) -> std::io::Result<()> {
+        Err(unsupported("rename"))
+    }
     /// Lists directory `dir` and stats each entry (as `find`, `ls -l`:
     /// `fstatat` on the directory where the subject has it); returns the
     /// entries seen.
-    fn list_stat(&self, dir: &Self::Path) -> std::io::Result<u64>;
+    fn list_stat(&self, _dir: &Self::Path) -> std::io::Result<u64> {
+        Err(unsupported("readdir"))
+    }
     /// Lists directory `dir`, names only; returns the entries seen.
-    fn list(&self, dir: &Self::Path) -> std::io::Result<u64>;
+    fn list(&self, _dir: &Self::Path) -> std::io::Result<u64> {
+        Err(unsupported("readdir"))
+    }
 
-    fn read_at(&self, f: &Self::File, buf: &mut [u8], off: u64) -> std::io::Result<usize>;
-    fn write_at(&self, f: &Self::File, buf: &[u8], off: u64) -> std::io::Result<usize>;
+    fn read_at(&self, _f: &Self::File, _buf: &mut [u8], _off: u64) -> std::io::Result<usize> {
+        Err(unsupported("read_at"))
+    }
+    fn write_at(&self, _f: &Self::File, _buf: &[u8], _off: u64) -> std::io::Result<usize> {
+        Err(unsupported("write_at"))
+    }
 
     /// Passthrough: the lookups that reached the host so far.
     fn host_lookups(&self) -> Option<u64> {
@@ -375,12 +398,6 @@ impl Subject for MemoryFsSubject {
         use vfs::FileSystem;
         self.fs.create_file(p).map_err(vio)?.write_all(data)
     }
-    fn open_rw(&self, _: &str) -> std::io::Result<()> {
-        Err(unsupported("open"))
-    }
-    fn create_open(&self, _: &str) -> std::io::Result<()> {
-        Err(unsupported("open"))
-    }
     #[inline]
     fn stat(&self, p: &String) -> std::io::Result<()> {
         use vfs::FileSystem;
@@ -419,12 +436,6 @@ impl Subject for MemoryFsSubject {
     fn list(&self, dir: &String) -> std::io::Result<u64> {
         use vfs::FileSystem;
         Ok(self.fs.read_dir(dir).map_err(vio)?.map(std::hint::black_box).count() as u64)
-    }
-    fn read_at(&self, _: &(), _: &mut [u8], _: u64) -> std::io::Result<usize> {
-        Err(unsupported("read_at"))
-    }
-    fn write_at(&self, _: &(), _: &[u8], _: u64) -> std::io::Result<usize> {
-        Err(unsupported("write_at"))
     }
 }
 
@@ -504,43 +515,10 @@ impl<K: FlatMap> Subject for MapSubject<K> {
         self.map.insert(p.to_string(), FLAT);
         Ok(())
     }
-    fn open_rw(&self, _: &str) -> std::io::Result<()> {
-        Err(unsupported("open"))
-    }
-    fn create_open(&self, _: &str) -> std::io::Result<()> {
-        Err(unsupported("open"))
-    }
     #[inline]
     fn stat(&self, p: &String) -> std::io::Result<()> {
         let a = self.map.get(p).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
         std::hint::black_box(a);
         Ok(())
-    }
-    fn create(&self, _: &String) -> std::io::Result<()> {
-        Err(unsupported("create"))
-    }
-    fn write_new(&self, _: &String, _: &[u8]) -> std::io::Result<()> {
-        Err(unsupported("write"))
-    }
-    fn read_some(&self, _: &String, _: &mut [u8]) -> std::io::Result<usize> {
-        Err(unsupported("read"))
-    }
-    fn unlink(&self, _: &String) -> std::io::Result<()> {
-        Err(unsupported("unlink"))
-    }
-    fn rename(&self, _: &String, _: &String) -> std::io::Result<()> {
-        Err(unsupported("rename"))
-    }
-    fn list_stat(&self, _: &String) -> std::io::Result<u64> {
-        Err(unsupported("readdir"))
-    }
-    fn list(&self, _: &String) -> std::io::Result<u64> {
-        Err(unsupported("readdir"))
-    }
-    fn read_at(&self, _: &(), _: &mut [u8], _: u64) -> std::io::Result<usize> {
-        Err(unsupported("read_at"))
-    }
-    fn write_at(&self, _: &(), _: &[u8], _: u64) -> std::io::Result<usize> {
-        Err(unsupported("write_at"))
     }
 }

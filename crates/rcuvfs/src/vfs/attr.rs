@@ -230,28 +230,25 @@ impl Vfs {
         let _g = self.state.global();
         let (mut w, s) = self.begin(start, path)?;
         let d = self.dc().walk(&mut w, s, path, false)?;
-        let inode = d.inode().expect("positive");
-        if inode.kind != FileType::Symlink {
-            return fail(EINVAL);
-        }
-        let t = match inode.link() {
-            Some(t) => t.to_vec(),
-            None => inode.fs().readlink(inode.ino)?,
-        };
-        Ok(PathBuf::from(OsString::from_vec(t)))
+        link_target(d.inode().expect("positive"))
     }
 
     /// `readlinkat(fd, "")` on a symlink handle (FUSE's readlink).
     pub fn read_link_entry(&self, entry: &Entry) -> Result<PathBuf> {
         entry.check_same_vfs(&self.state)?;
-        let inode = entry.inode();
-        if inode.kind != FileType::Symlink {
-            return fail(EINVAL);
-        }
-        let t = match inode.link() {
-            Some(t) => t.to_vec(),
-            None => inode.fs().readlink(inode.ino)?,
-        };
-        Ok(PathBuf::from(OsString::from_vec(t)))
+        link_target(entry.inode())
     }
+}
+
+/// A symlink's target: cached in the inode, else the filesystem's
+/// `readlink`; EINVAL if `inode` is not a symlink.
+fn link_target(inode: &Inode) -> Result<PathBuf> {
+    if inode.kind != FileType::Symlink {
+        return fail(EINVAL);
+    }
+    let t = match inode.link() {
+        Some(t) => t.to_vec(),
+        None => inode.fs().readlink(inode.ino)?,
+    };
+    Ok(PathBuf::from(OsString::from_vec(t)))
 }
