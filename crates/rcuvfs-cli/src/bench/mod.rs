@@ -39,7 +39,7 @@ pub struct BenchArgs {
     /// list): global, dlock, lockref, rcuwalk, norefs (the reference axis),
     /// packed, split (the layout axis), mutex, rwlock, lockless (the page
     /// cache axis), locked, batch, percpu (inode-exit's list axis), host,
-    /// papaya, dashmap, memoryfs (peers); `+`
+    /// papaya, dashmap, memoryfs, virtualfs (peers); `+`
     /// combines axes (`rcuwalk+packed`). A name sets its own axis and leaves
     /// the others at their defaults.
     #[arg(long, default_value = "all")]
@@ -180,7 +180,9 @@ pub(crate) fn cpu_time() -> f64 {
 }
 
 /// Runs `threads` threads on `target` for `duration`: (ops, seconds, cpu).
-fn measure(target: &Arc<dyn Target>, threads: usize, duration: Duration) -> (u64, f64, f64) {
+/// `Err` with its message if a thread panicked (a peer library that
+/// breaks under concurrency: the cell fails, the run goes on).
+fn measure(target: &Arc<dyn Target>, threads: usize, duration: Duration) -> Result<(u64, f64, f64), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let counters: Arc<Vec<Counter>> = Arc::new((0..threads).map(|_| Counter::default()).collect());
     let barrier = Arc::new(Barrier::new(threads + 1));
@@ -201,10 +203,17 @@ fn measure(target: &Arc<dyn Target>, threads: usize, duration: Duration) -> (u64
     let end: Vec<u64> = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
     let (secs, cpu) = (t0.elapsed().as_secs_f64(), cpu_time() - c0);
     stop.store(true, Ordering::Relaxed);
+    let mut panicked = None;
     for h in handles {
-        h.join().unwrap();
+        if let Err(p) = h.join() {
+            let what = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            panicked = Some(what.unwrap_or_else(|| "a thread panicked".into()));
+        }
     }
-    (end.iter().zip(&start).map(|(e, s)| e - s).sum(), secs, cpu)
+    match panicked {
+        Some(p) => Err(p),
+        None => Ok((end.iter().zip(&start).map(|(e, s)| e - s).sum(), secs, cpu)),
+    }
 }
 
 fn parse_threads(s: &str) -> std::io::Result<Vec<usize>> {
@@ -259,7 +268,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     if let Some(ms) = &explicit {
         if let Some(bad) = ms.iter().find(|m| !is_known_mode(m) && !exit::MODES.contains(&m.as_str())) {
             return Err(std::io::Error::other(format!(
-                "unknown mode {bad:?} (known: global, dlock, lockref, rcuwalk, norefs, packed, split, mutex, rwlock, lockless, locked, batch, percpu, host, papaya, dashmap, memoryfs, and + combinations)"
+                "unknown mode {bad:?} (known: global, dlock, lockref, rcuwalk, norefs, packed, split, mutex, rwlock, lockless, locked, batch, percpu, host, papaya, dashmap, memoryfs, virtualfs, and + combinations)"
             )));
         }
     }
@@ -308,8 +317,18 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
             for &t in &threads {
                 progress.set_message(format!("{} {} x{}", w.name, m, t));
                 let lookups0 = target.host_lookups();
-                let mut samples: Vec<(u64, f64, f64)> =
+                let samples: Result<Vec<(u64, f64, f64)>, String> =
                     (0..args.repeats.max(1)).map(|_| measure(&target, t, duration)).collect();
+                let mut samples = match samples {
+                    Ok(s) => s,
+                    Err(p) => {
+                        println!("{m:<16} {t:>7} failed: a thread panicked: {p}");
+                        progress.inc(threads.iter().skip_while(|&&x| x != t).count() as u64);
+                        // The target's state is not to be trusted after a
+                        // panic: its other thread counts are skipped too.
+                        break;
+                    }
+                };
                 let all_ops: u64 = samples.iter().map(|s| s.0).sum();
                 let hit_rate = match (lookups0, target.host_lookups()) {
                     (Some((l0, comps)), Some((l1, _))) if all_ops > 0 => {
@@ -349,9 +368,11 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                     cpu_seconds: cpu,
                     repeats: samples.len(),
                     backend: args.backend.clone(),
-                    config: vfs_config(m)
-                        .filter(|_| !matches!(m.as_str(), "host" | "papaya" | "dashmap" | "memoryfs"))
-                        .map(|c| Config { refs: c.refs.name(), layout: c.layout.name(), page_cache: c.cache.name() }),
+                    config: vfs_config(m).filter(|_| !subject::PEERS.contains(&m.as_str())).map(|c| Config {
+                        refs: c.refs.name(),
+                        layout: c.layout.name(),
+                        page_cache: c.cache.name(),
+                    }),
                     false_negatives: fneg,
                     create_seconds: None,
                     hit_rate,

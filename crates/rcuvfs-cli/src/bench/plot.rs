@@ -79,10 +79,8 @@ pub fn svg(workload: &str, rows: &[Row]) -> String {
             rows.iter().filter(|r| r.mode == *m).map(|r| (r.threads, r.ops_per_sec)).collect();
         pts.sort_by_key(|p| p.0);
         let px: Vec<(f64, f64)> = pts.iter().map(|&(t, v)| (x(t as f64), y(v))).collect();
-        let style = Style {
-            dashed: matches!(*m, "host" | "papaya" | "dashmap" | "memoryfs"),
-            heavy: seeded.iter().any(|(_, b, a)| b == m || a == m),
-        };
+        let style =
+            Style { dashed: super::subject::PEERS.contains(m), heavy: seeded.iter().any(|(_, b, a)| b == m || a == m) };
         let label = match seeded.iter().find(|(_, b, a)| b == m || a == m) {
             Some((id, b, _)) if b == m => format!("{m} (seed {id}: before)"),
             Some((id, ..)) => format!("{m} (seed {id}: after)"),

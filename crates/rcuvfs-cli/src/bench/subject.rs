@@ -3,8 +3,10 @@
 //! mode over some backend), on the host kernel (the same calls as syscalls
 //! on a scratch directory) and on the peers a user might embed instead:
 //! the `vfs` crate's `MemoryFS` (one `RwLock` over a map from full path to
-//! file; a listing scans the whole map) and two concurrent flat maps from
-//! path to attributes, papaya and dashmap (stat only: a map has no tree).
+//! file; a listing scans the whole map), wasmer's `virtual-fs` in-memory
+//! filesystem (an inode arena and per-directory child lists behind one
+//! `RwLock`), and two concurrent flat maps from path to attributes, papaya
+//! and dashmap (stat only: a map has no tree).
 //!
 //! Paths are prepared outside the timed loops ([`Subject::path`], or
 //! [`Subject::path_into`] into a reused buffer where a run makes millions
@@ -20,11 +22,16 @@ use std::sync::Arc;
 use rcuvfs::fs::passthrough::PassthroughStats;
 use rcuvfs::{File, OpenOptions, Vfs};
 
+/// The modes that name a subject other than a Vfs.
+pub const PEERS: &[&str] = &["host", "papaya", "dashmap", "memoryfs", "virtualfs"];
+
 /// The operations a workload may ask for; a subject says which it has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     Stat,
-    /// create, unlink, rename, whole-file writes and reads.
+    /// create (`open(O_CREAT)`, `close`) and unlink.
+    Create,
+    /// also rename, whole-file writes and reads.
     Namespace,
     /// readdir, then a stat of each entry.
     List,
@@ -376,7 +383,7 @@ impl Subject for MemoryFsSubject {
     type File = ();
 
     fn can(&self, op: Op) -> bool {
-        matches!(op, Op::Stat | Op::Namespace | Op::List)
+        matches!(op, Op::Stat | Op::Create | Op::Namespace | Op::List)
     }
     fn path_into(&self, p: &str, out: &mut String) {
         out.clear();
@@ -436,6 +443,82 @@ impl Subject for MemoryFsSubject {
     fn list(&self, dir: &String) -> std::io::Result<u64> {
         use vfs::FileSystem;
         Ok(self.fs.read_dir(dir).map_err(vio)?.map(std::hint::black_box).count() as u64)
+    }
+}
+
+// -------------------------------------------------------------- virtual-fs
+
+/// wasmer's `virtual-fs` in-memory filesystem (`mem_fs`): stat, create and
+/// unlink, listings. Its file I/O and rename are async (futures), so the
+/// workloads that read, write or rename do not run on it, and `put` makes
+/// the file empty.
+pub struct VirtualFsSubject {
+    fs: virtual_fs::mem_fs::FileSystem,
+}
+
+fn wio(e: virtual_fs::FsError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+impl VirtualFsSubject {
+    pub fn new() -> VirtualFsSubject {
+        VirtualFsSubject { fs: virtual_fs::mem_fs::FileSystem::default() }
+    }
+}
+
+impl Subject for VirtualFsSubject {
+    type Path = PathBuf;
+    type File = ();
+
+    fn can(&self, op: Op) -> bool {
+        matches!(op, Op::Stat | Op::Create | Op::List)
+    }
+    fn path_into(&self, p: &str, out: &mut PathBuf) {
+        out.clear();
+        out.push(p);
+    }
+    fn mkdir_all(&self, p: &str) -> std::io::Result<()> {
+        use virtual_fs::FileSystem;
+        let mut at = PathBuf::from("/");
+        for part in p.split('/').filter(|c| !c.is_empty()) {
+            at.push(part);
+            if self.fs.metadata(&at).is_err() {
+                self.fs.create_dir(&at).map_err(wio)?;
+            }
+        }
+        Ok(())
+    }
+    fn put(&self, p: &str, _: &[u8]) -> std::io::Result<()> {
+        self.create(&PathBuf::from(p))
+    }
+    #[inline]
+    fn stat(&self, p: &PathBuf) -> std::io::Result<()> {
+        use virtual_fs::FileSystem;
+        std::hint::black_box(self.fs.metadata(p).map_err(wio)?);
+        Ok(())
+    }
+    fn create(&self, p: &PathBuf) -> std::io::Result<()> {
+        use virtual_fs::FileSystem;
+        drop(self.fs.new_open_options().write(true).create(true).open(p).map_err(wio)?);
+        Ok(())
+    }
+    fn unlink(&self, p: &PathBuf) -> std::io::Result<()> {
+        use virtual_fs::FileSystem;
+        self.fs.remove_file(p).map_err(wio)
+    }
+    fn list_stat(&self, dir: &PathBuf) -> std::io::Result<u64> {
+        use virtual_fs::FileSystem;
+        let mut n = 0;
+        for e in self.fs.read_dir(dir).map_err(wio)? {
+            // The entry's own metadata, as std's `DirEntry::metadata`.
+            std::hint::black_box(e.map_err(wio)?.metadata().map_err(wio)?);
+            n += 1;
+        }
+        Ok(n)
+    }
+    fn list(&self, dir: &PathBuf) -> std::io::Result<u64> {
+        use virtual_fs::FileSystem;
+        Ok(self.fs.read_dir(dir).map_err(wio)?.map(std::hint::black_box).count() as u64)
     }
 }
 

@@ -11,7 +11,9 @@ use std::thread::JoinHandle;
 use rcuvfs::fs::passthrough::{Passthrough, PassthroughOptions, PassthroughStats};
 use rcuvfs::{CacheMode, Layout, RefMode, Vfs};
 
-use super::subject::{FlatAttr, HostSubject, MapSubject, MemoryFsSubject, Op, Subject, VfsSubject};
+use super::subject::{
+    FlatAttr, HostSubject, MapSubject, MemoryFsSubject, Op, Subject, VfsSubject, VirtualFsSubject, PEERS,
+};
 
 /// What a workload needs from the run.
 pub struct Ctx {
@@ -84,9 +86,10 @@ pub struct Workload {
 const REF_MODES: [&str; 5] = ["global", "dlock", "lockref", "rcuwalk", "norefs"];
 /// The reference axis, then the host kernel.
 const REF_MODES_AND_HOST: [&str; 6] = [REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"];
-/// The reference axis, the host kernel, and the `vfs` crate's MemoryFS.
-const REF_MODES_HOST_MEMORYFS: [&str; 7] =
-    [REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host", "memoryfs"];
+/// The reference axis, the host kernel, and the embeddable peers: the
+/// `vfs` crate's MemoryFS and wasmer's virtual-fs.
+const REF_MODES_HOST_MEMORYFS: [&str; 8] =
+    [REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host", "memoryfs", "virtualfs"];
 
 pub static WORKLOADS: &[Workload] = &[
     Workload {
@@ -104,6 +107,7 @@ pub static WORKLOADS: &[Workload] = &[
             "papaya",
             "dashmap",
             "memoryfs",
+            "virtualfs",
         ],
         build: |c, m, t| stat(c, m, t, false),
     },
@@ -121,6 +125,7 @@ pub static WORKLOADS: &[Workload] = &[
             "papaya",
             "dashmap",
             "memoryfs",
+            "virtualfs",
         ],
         build: |c, m, t| stat(c, m, t, true),
     },
@@ -156,7 +161,7 @@ pub static WORKLOADS: &[Workload] = &[
         name: "tree-walk",
         seed: "003",
         op: "readdir of a directory of a 100k-file tree, and stat of each entry (ops = entries)",
-        modes: &[REF_MODES[0], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host", "memoryfs"],
+        modes: &[REF_MODES[0], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host", "memoryfs", "virtualfs"],
         build: tree_walk,
     },
     Workload {
@@ -209,7 +214,7 @@ pub fn vfs_config(name: &str) -> Option<VfsConfig> {
 }
 
 pub fn is_known_mode(name: &str) -> bool {
-    matches!(name, "host" | "papaya" | "dashmap" | "memoryfs") || vfs_config(name).is_some()
+    PEERS.contains(&name) || vfs_config(name).is_some()
 }
 
 /// A builder for a Vfs in `mode`, with the dcache target when given.
@@ -282,11 +287,15 @@ macro_rules! on_subject {
                 };
                 $body
             }
-            "memoryfs" | "papaya" | "dashmap" if !matches!(ctx.backend, Backend::Memfs) => {
+            "memoryfs" | "virtualfs" | "papaya" | "dashmap" if !matches!(ctx.backend, Backend::Memfs) => {
                 Err(unsupported(mode, "a backend other than memfs"))
             }
             "memoryfs" => {
                 let $s = MemoryFsSubject::new();
+                $body
+            }
+            "virtualfs" => {
+                let $s = VirtualFsSubject::new();
                 $body
             }
             "papaya" => {
@@ -427,6 +436,10 @@ const CREATE_NAMES: usize = 64;
 struct Create<S: Subject> {
     s: S,
     names: Vec<Vec<S::Path>>,
+    /// Creates or unlinks that failed: each thread's names are its own,
+    /// so any failure is a wrong answer (a peer that loses names under
+    /// concurrent updates shows here instead of ending the run).
+    wrong: AtomicU64,
 }
 
 impl<S: Subject> Target for Create<S> {
@@ -435,10 +448,14 @@ impl<S: Subject> Target for Create<S> {
         let mut i = 0;
         batches(stop, count, || {
             let p = &names[i % CREATE_NAMES];
-            self.s.create(p).expect("create");
-            self.s.unlink(p).expect("unlink");
+            if self.s.create(p).is_err() || self.s.unlink(p).is_err() {
+                self.wrong.fetch_add(1, Ordering::Relaxed);
+            }
             i += 1;
         });
+    }
+    fn false_negatives(&self) -> Option<u64> {
+        Some(self.wrong.load(Ordering::Relaxed))
     }
 }
 
@@ -456,7 +473,7 @@ fn create_on<S: Subject>(
     threads: usize,
     private: bool,
 ) -> std::io::Result<Arc<dyn Target>> {
-    need(&s, &[Op::Namespace], mode, tag)?;
+    need(&s, &[Op::Create], mode, tag)?;
     let dirs = if private { threads } else { 1 };
     for d in 0..dirs {
         s.mkdir_all(&format!("/c/d{d}"))?;
@@ -467,7 +484,7 @@ fn create_on<S: Subject>(
             (0..CREATE_NAMES).map(|i| s.path(&format!("/c/d{dir}/t{t}-{i}"))).collect()
         })
         .collect();
-    Ok(Arc::new(Create { s, names }))
+    Ok(Arc::new(Create { s, names, wrong: AtomicU64::new(0) }))
 }
 
 // ------------------------------------------------------------ rename-storm
