@@ -652,7 +652,7 @@ pub(crate) struct Super {
     /// up in such a filesystem. Read with a relaxed load, written rarely.
     pub revalidates: std::sync::atomic::AtomicBool,
     /// The root dentry, set once at creation (a `*const Dentry`).
-    pub root: AtomicUsize,
+    pub root: AtomicPtr<crate::dcache::Dentry>,
     /// Mounts of this superblock; changed under the namespace lock.
     pub mounts: AtomicUsize,
 }
@@ -669,7 +669,7 @@ impl Super {
             itable: lent.unwrap_or_else(|| Arc::new(InodeTable::new(list, false))),
             fs,
             rcu,
-            root: AtomicUsize::new(0),
+            root: AtomicPtr::new(ptr::null_mut()),
             mounts: AtomicUsize::new(0),
         }));
         // SAFETY: just allocated, not shared yet.

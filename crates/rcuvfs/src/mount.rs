@@ -427,7 +427,7 @@ impl Dcache {
         let mut st = self.ns.lock.lock();
         self.ns.seq.write_begin();
         // SAFETY: a new superblock; its root lives as long as it.
-        let root = unsafe { &*((*sb).root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry) };
+        let root = unsafe { &*(*sb).root.load(std::sync::atomic::Ordering::Relaxed) };
         self.attach_locked(&mut st, sb, root, mnt, mp);
         self.ns.seq.write_end();
         // The superblock's creation reference: its mount now holds it.

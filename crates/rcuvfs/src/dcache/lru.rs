@@ -295,10 +295,7 @@ impl Dcache {
         let supers = self.supers.lock();
         for &sb in supers.iter() {
             // SAFETY: superblocks on the list are live, and their roots.
-            let root = unsafe {
-                &*((*(sb as *const crate::inode::Super)).root.load(std::sync::atomic::Ordering::Relaxed)
-                    as *const Dentry)
-            };
+            let root = unsafe { &*(*sb).root.load(std::sync::atomic::Ordering::Relaxed) };
             self.shrink_tree(root);
         }
     }

@@ -154,7 +154,7 @@ pub(crate) struct Dcache {
     /// The root filesystem's root dentry (the root mount's root).
     root: *const Dentry,
     /// Every live superblock (`*const Super`), the root one first.
-    supers: Mutex<Vec<usize>>,
+    supers: Mutex<Vec<*const Super>>,
     /// How every superblock's inode list is locked.
     inode_list: ListMode,
     pub counters: Arc<LiveCounters>,
@@ -172,8 +172,9 @@ pub(crate) struct Dcache {
     negative_target: usize,
 }
 
-// SAFETY: `root` is owned by the cache and lives as long as it; everything
-// else is Sync.
+// SAFETY: `root` is owned by the cache and lives as long as it; the
+// superblocks on `supers` are live while listed, and used under its lock;
+// everything else is Sync.
 unsafe impl Send for Dcache {}
 // SAFETY: as above.
 unsafe impl Sync for Dcache {}
@@ -222,7 +223,7 @@ impl Dcache {
         };
         let sb = dc.new_super(fs)?;
         // SAFETY: just created; lives as long as the cache.
-        dc.root = unsafe { (*sb).root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry };
+        dc.root = unsafe { (*sb).root.load(std::sync::atomic::Ordering::Relaxed) };
         dc.ns.init_root(sb, dc.root);
         Ok(dc)
     }
@@ -253,11 +254,11 @@ impl Dcache {
         );
         // SAFETY: just allocated, not yet shared.
         unsafe { (*root).parent.store(root, Ordering::Relaxed) };
-        sbr.root.store(root as usize, std::sync::atomic::Ordering::Relaxed);
+        sbr.root.store(root as *mut Dentry, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: just allocated, live.
         Self::alias_add(inode, unsafe { &*root });
         self.counters.add_dentry(1, false);
-        self.supers.lock().push(sb as usize);
+        self.supers.lock().push(sb);
         Ok(sb)
     }
 
@@ -316,7 +317,7 @@ impl Dcache {
         let supers = self.supers.lock();
         for &sb in supers.iter() {
             // SAFETY: superblocks on the list are live.
-            let sbr = unsafe { &*(sb as *const Super) };
+            let sbr = unsafe { &*sb };
             if std::ptr::eq(Arc::as_ptr(&sbr.fs) as *const (), fs) {
                 return Some(f(sbr));
             }
@@ -358,7 +359,7 @@ impl Dcache {
     pub fn invalidate_super(&self, sb: &Super) {
         // SAFETY: the caller holds the superblock list (`with_super`), so
         // the root is live.
-        let root = unsafe { &*(sb.root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry) };
+        let root = unsafe { &*sb.root.load(std::sync::atomic::Ordering::Relaxed) };
         let g = self.rcu.read_lock();
         let mut kids: Vec<DRef<'_>> = Vec::new();
         root.children.for_each(&g, |c| {
@@ -381,7 +382,7 @@ impl Dcache {
     pub fn kill_super(&self, sb: *const Super) {
         // Off the list first (under its lock): `with_super` users finish
         // before, and no new one finds it.
-        self.supers.lock().retain(|&x| x != sb as usize);
+        self.supers.lock().retain(|&x| !std::ptr::eq(x, sb));
         // SAFETY: the caller dropped the last mount; nothing else frees it.
         let sbr = unsafe { &*sb };
         let root = sbr.root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry;

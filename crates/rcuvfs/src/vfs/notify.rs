@@ -11,7 +11,7 @@ use crate::fs::{FileSystem, Ino, Notify};
 pub(super) fn install_notify(state: &Arc<VfsState>, fs: &Arc<dyn FileSystem>) {
     fs.attach(Arc::new(VfsNotify {
         state: Arc::downgrade(state),
-        fs: Arc::as_ptr(fs) as *const () as usize,
+        fs: FsKey(Arc::as_ptr(fs) as *const ()),
         observer: state.observer.clone(),
     }));
 }
@@ -21,15 +21,24 @@ pub(super) fn install_notify(state: &Arc<VfsState>, fs: &Arc<dyn FileSystem>) {
 /// meanwhile) and acts on the cache. Does nothing once the Vfs is gone.
 struct VfsNotify {
     state: std::sync::Weak<VfsState>,
-    fs: usize,
+    fs: FsKey,
     /// The builder's observer, told after the cache acted.
     observer: Option<Arc<dyn Notify>>,
 }
 
+/// A filesystem's address, as a key to find its superblock by: compared,
+/// never dereferenced (the filesystem may be gone when it is used).
+struct FsKey(*const ());
+
+// SAFETY: only compared, never dereferenced.
+unsafe impl Send for FsKey {}
+// SAFETY: as above.
+unsafe impl Sync for FsKey {}
+
 impl VfsNotify {
     fn with(&self, f: impl FnOnce(&Dcache, &crate::inode::Super)) {
         if let Some(state) = self.state.upgrade() {
-            state.dc.with_super(self.fs as *const (), |sb| f(&state.dc, sb));
+            state.dc.with_super(self.fs.0, |sb| f(&state.dc, sb));
         }
     }
 }
