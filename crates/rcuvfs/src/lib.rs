@@ -27,6 +27,7 @@ pub mod dcache;
 pub mod error;
 pub mod filemap;
 pub mod fs;
+mod hash;
 pub(crate) mod inode;
 pub mod modes;
 pub(crate) mod mount;

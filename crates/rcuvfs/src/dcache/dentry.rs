@@ -257,12 +257,10 @@ pub(crate) fn mark_referenced(d: &Dentry) {
     }
 }
 
-/// The hash of `name` under `parent` (FxHash-style, over the parent's
-/// address and the name's bytes; the top bits, which pick the index home,
-/// are mixed by the final multiply).
+/// The hash of `name` under `parent` (see [`crate::hash::name_hash`]; the
+/// parent's address is the seed).
 #[inline]
 pub(crate) fn name_hash(parent: *const Dentry, name: &[u8]) -> u64 {
-    const K: u64 = 0x517c_c1b7_2722_0a95;
     // Under loom the parent does not take part: its address differs
     // between a model's executions, and the hash picks paths (index homes,
     // name-lock stripes) that must not.
@@ -271,20 +269,7 @@ pub(crate) fn name_hash(parent: *const Dentry, name: &[u8]) -> u64 {
         let _ = parent;
         1usize as *const Dentry
     };
-    let mut h = (parent as usize as u64).wrapping_mul(K);
-    let mut chunks = name.chunks_exact(8);
-    for c in &mut chunks {
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(c.try_into().unwrap())).wrapping_mul(K);
-    }
-    // The tail is assembled in a register: copying it to the stack and
-    // loading it back as one word stalls on store forwarding.
-    let mut tail = 0u64;
-    for (i, &b) in chunks.remainder().iter().enumerate() {
-        tail |= u64::from(b) << (8 * i);
-    }
-    h = (h.rotate_left(5) ^ tail ^ name.len() as u64).wrapping_mul(K);
-    h ^= h >> 29;
-    h.wrapping_mul(K)
+    crate::hash::name_hash(parent as usize as u64, name)
 }
 
 /// Byte equality without a call to `memcmp` for the short names that paths

@@ -145,7 +145,7 @@ impl Dirent {
 /// 2^63 - 4: a cookie must fit an `off_t` (`seekdir` through a mount takes
 /// an `lseek`), with room for FUSE's "." and "..".
 fn name_key(name: &[u8]) -> u64 {
-    (crate::dcache::name_hash(ptr::null(), name) | 1).clamp(3, u64::MAX - 8)
+    (crate::hash::name_hash(0, name) | 1).clamp(3, u64::MAX - 8)
 }
 
 /// readdir's cookie of a key (losing only the low bit, always set).

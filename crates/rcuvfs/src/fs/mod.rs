@@ -67,37 +67,7 @@ impl FileType {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Timespec {
-    pub sec: i64,
-    pub nsec: u32,
-}
-
-impl Timespec {
-    pub fn to_system_time(self) -> std::time::SystemTime {
-        let d = std::time::Duration::new(self.sec.unsigned_abs(), self.nsec);
-        if self.sec >= 0 {
-            std::time::UNIX_EPOCH + d
-        } else {
-            std::time::UNIX_EPOCH - d
-        }
-    }
-
-    pub fn from_system_time(t: std::time::SystemTime) -> Timespec {
-        match t.duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
-            Err(e) => {
-                let d = e.duration();
-                let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
-                if nsec > 0 {
-                    sec -= 1;
-                    nsec = 1_000_000_000 - nsec;
-                }
-                Timespec { sec, nsec }
-            }
-        }
-    }
-}
+pub use crate::time::Timespec;
 
 /// The attributes of an inode, as `stat` reports them.
 #[derive(Clone, Debug, PartialEq, Eq)]
