@@ -116,7 +116,7 @@ fn cache_over(fs: Arc<dyn FileSystem>) -> Arc<Dcache> {
     let o = DcacheOptions {
         packed: false,
         lock_only: false,
-        list: Default::default(),
+        inode_list: Default::default(),
         target: 1 << 20,
         negative_target: 1 << 18,
     };
