@@ -526,6 +526,16 @@ impl Inode {
     /// `data`'s pointer, set to what `make` returns unless another thread
     /// set it first (then `make`'s answer is dropped).
     fn data_or_init_with(&self, make: impl FnOnce() -> Option<Arc<PageCache>>) -> Option<&PageCache> {
+        let p = self.data_ptr_or_init(make);
+        // SAFETY: set once to a cache the inode holds a reference on until
+        // it is dropped.
+        (p != no_page_cache()).then(|| unsafe { &*p })
+    }
+
+    /// As [`data_or_init_with`](Self::data_or_init_with), the pointer as
+    /// `Arc::into_raw` gave it (its provenance covers the `Arc`'s counts,
+    /// which a pointer taken from a `&PageCache` does not).
+    fn data_ptr_or_init(&self, make: impl FnOnce() -> Option<Arc<PageCache>>) -> *mut PageCache {
         // Acquire: pairs with the Release publication below.
         let mut p = self.data.load(Ordering::Acquire);
         if p.is_null() {
@@ -542,9 +552,7 @@ impl Inode {
                 }
             }
         }
-        // SAFETY: set once to a cache the inode holds a reference on until
-        // it is dropped.
-        (p != no_page_cache()).then(|| unsafe { &*p })
+        p
     }
 
     /// The page cache if the file has one already (no call).
@@ -574,7 +582,11 @@ impl Inode {
     /// A counted reference to the page cache, made with `make` if there is
     /// none yet (memfs, for another superblock's copies).
     pub(crate) fn data_arc(&self, make: impl FnOnce() -> Arc<PageCache>) -> Arc<PageCache> {
-        let pc: *const PageCache = self.data_or_init(make);
+        // The stored pointer itself, not one taken from `&PageCache`: the
+        // count lives before the cache, outside what such a reference may
+        // reach (Miri's Stacked Borrows check failed on it).
+        let pc = self.data_ptr_or_init(|| Some(make()));
+        assert!(pc != no_page_cache(), "a file's page cache");
         // SAFETY: `pc` came from `Arc::into_raw` and the inode holds that
         // reference while we take another.
         unsafe {

@@ -416,13 +416,15 @@ fn an_umount_never_succeeds_under_a_held_open() {
     v.create_dir("/mnt").unwrap();
     let clock = Arc::new(AtomicU64::new(1));
     let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicU64::new(0));
     let openers: Vec<_> = (0..3)
         .map(|_| {
-            let (v, clock, stop) = (v.clone(), clock.clone(), stop.clone());
+            let (v, clock, stop, opened) = (v.clone(), clock.clone(), stop.clone(), opened.clone());
             std::thread::spawn(move || {
                 let mut held = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     if let Ok(f) = v.open("/mnt/f", OpenOptions::new().read(true)) {
+                        opened.fetch_add(1, Ordering::Relaxed);
                         let t1 = clock.fetch_add(1, Ordering::SeqCst);
                         for _ in 0..200 {
                             std::hint::spin_loop();
@@ -437,8 +439,10 @@ fn an_umount_never_succeeds_under_a_held_open() {
         })
         .collect();
     let mut umounts = Vec::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(common::scaled(2000) as u64);
-    while std::time::Instant::now() < deadline {
+    // Two seconds, and at least until an open and an umount both happened
+    // (under Miri two seconds may see neither).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(2000);
+    while std::time::Instant::now() < deadline || umounts.is_empty() || opened.load(Ordering::Relaxed) == 0 {
         let fs = MemFs::new(MemFsOptions::default());
         let a = fs.create(fs.root(), b"f", 0o644, Owner { uid: 0, gid: 0 }).unwrap();
         fs.forget(a.ino, 1);
