@@ -145,7 +145,11 @@ unsafe impl Sync for StateRef {}
 impl StateRef {
     fn new(state: &Arc<VfsState>) -> StateRef {
         state.handles.get(&state.dc.rcu);
-        StateRef(std::ptr::NonNull::from(&**state))
+        // From `Arc::as_ptr`, not `&**state`: the last handle gives the
+        // strong reference back through this pointer, and a pointer taken
+        // from a reference to the state may not reach the `Arc`'s counts
+        // (as Miri found for the page cache's `Arc`, `Inode::data_arc`).
+        StateRef(std::ptr::NonNull::new(Arc::as_ptr(state) as *mut VfsState).expect("an Arc is never null"))
     }
 }
 
