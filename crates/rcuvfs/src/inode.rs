@@ -663,7 +663,7 @@ pub(crate) struct Super {
     /// the filesystem says through `Notify::set_revalidate`): RCU-walk gives
     /// up in such a filesystem. Read with a relaxed load, written rarely.
     pub revalidates: std::sync::atomic::AtomicBool,
-    /// The root dentry, set once at creation (a `*const Dentry`).
+    /// The root dentry, set once at creation.
     pub root: AtomicPtr<crate::dcache::Dentry>,
     /// Mounts of this superblock; changed under the namespace lock.
     pub mounts: AtomicUsize,

@@ -88,7 +88,7 @@ const REF_MODES: [&str; 5] = ["global", "dlock", "lockref", "rcuwalk", "norefs"]
 const REF_MODES_AND_HOST: [&str; 6] = [REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host"];
 /// The reference axis, the host kernel, and the embeddable peers: the
 /// `vfs` crate's MemoryFS and wasmer's virtual-fs.
-const REF_MODES_HOST_MEMORYFS: [&str; 8] =
+const REF_MODES_HOST_PEERS: [&str; 8] =
     [REF_MODES[0], REF_MODES[1], REF_MODES[2], REF_MODES[3], REF_MODES[4], "host", "memoryfs", "virtualfs"];
 
 pub static WORKLOADS: &[Workload] = &[
@@ -140,14 +140,14 @@ pub static WORKLOADS: &[Workload] = &[
         name: "create-private",
         seed: "-",
         op: "create (open O_CREAT, close) then unlink of one of 64 names, each thread in its own directory (one op = both)",
-        modes: &REF_MODES_HOST_MEMORYFS,
+        modes: &REF_MODES_HOST_PEERS,
         build: |c, m, t| create_unlink(c, m, t, true),
     },
     Workload {
         name: "create-shared",
         seed: "-",
         op: "create (open O_CREAT, close) then unlink of one of 64 names per thread, all threads in one directory",
-        modes: &REF_MODES_HOST_MEMORYFS,
+        modes: &REF_MODES_HOST_PEERS,
         build: |c, m, t| create_unlink(c, m, t, false),
     },
     Workload {
@@ -667,7 +667,9 @@ fn tree_on<S: Subject>(s: S, ctx: &Ctx, mode: &str) -> std::io::Result<Arc<dyn T
                 s.put(&format!("{d}/f{f}"), b"")?;
             }
         }
-        (dirs, 5.0)
+        // An entry's path: its directory's components and its own name.
+        let components = dirs[0].matches('/').count() as f64 + 1.0;
+        (dirs, components)
     };
     let dirs = dirs.iter().map(|d| s.path(d)).collect();
     Ok(Arc::new(Tree { s, dirs, components }))
