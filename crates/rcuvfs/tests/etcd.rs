@@ -319,6 +319,66 @@ fn unlinked_while_held_stays_readable_then_goes() {
     assert_whole(&afs);
 }
 
+/// An orphan nobody holds waits out its grace period, counted by the
+/// cluster (its grace key's lease), before any client's sweep reclaims it,
+/// then goes; even when the sweeping client's wall clock is an hour ahead
+/// (a child process under libfaketime). Before, the period was a time
+/// stamp of the unlinking machine's clock compared with the sweeper's: this
+/// test failed, the skewed sweeper reclaiming the orphan at its first sweep.
+#[test]
+fn an_orphan_waits_out_its_grace_period_whatever_the_clocks() {
+    if let Ok(spec) = std::env::var("RCUVFS_ETCD_SWEEPER") {
+        // The child: a client that only sweeps, until killed.
+        let mut o = EtcdOptions::parse(&spec).unwrap();
+        o.orphan_grace = Duration::from_secs(2);
+        let (_v, _fs) = client(&o);
+        println!("READY");
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    let c = LocalCluster::start(1).unwrap();
+    let mut o = options(&c, "grace");
+    o.orphan_grace = Duration::from_secs(2);
+    let (a, afs) = client(&o);
+    let mut child = std::process::Command::new("faketime")
+        .args(["-f", "+1h"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "an_orphan_waits_out_its_grace_period_whatever_the_clocks", "--nocapture"])
+        .env("RCUVFS_ETCD_SWEEPER", c.spec("grace"))
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("faketime (Debian's faketime package; .ci/run installs it)");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("READY") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "the child died");
+    }
+    a.write("/f", b"gone").unwrap();
+    let unlinked = Instant::now();
+    a.remove_file("/f").unwrap();
+    let mut seen = 0;
+    loop {
+        let orphans = afs.orphans().unwrap();
+        // Read before the elapsed time: if the grace period was still on
+        // after the read, the orphan must have been there.
+        if unlinked.elapsed() >= o.orphan_grace {
+            break;
+        }
+        assert_eq!(orphans, (1, 0), "reclaimed {:?} after the unlink, within the grace period", unlinked.elapsed());
+        seen += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("the orphan was there at {seen} reads within the grace period");
+    eventually("the orphan reclaimed", || afs.orphans().unwrap() == (0, 0));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_whole(&afs);
+    assert!(a.read("/f").is_err());
+}
+
 /// A client killed with SIGKILL in the middle of its writes leaves the tree
 /// whole: the other sees each file as its last committed write, and the
 /// dead client's holds go with its lease.
@@ -328,6 +388,8 @@ fn a_killed_client_leaves_no_torn_state() {
         // The child: writes files, holds one unlinked, until killed.
         let mut o = EtcdOptions::parse(&spec).unwrap();
         o.lease_ttl = Duration::from_secs(2);
+        o.orphan_grace = Duration::from_millis(300);
+        o.timeout = Duration::from_secs(3);
         let (v, _) = client(&o);
         v.write("/held", b"h").unwrap();
         let f = v.open("/held", OpenOptions::new().read(true)).unwrap();

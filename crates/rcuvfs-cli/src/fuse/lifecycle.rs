@@ -2,12 +2,13 @@
 //! SIGTERM, unmount.
 
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{Config, MountOption, SessionACL};
-use rcuvfs::Vfs;
+use rcuvfs::{AtimePolicy, Vfs};
 
 use super::nodes::{DataCache, KernelNotify, Server};
 use super::MountArgs;
@@ -26,6 +27,14 @@ pub fn run(args: MountArgs) -> io::Result<()> {
         Err(e) => return Err(io::Error::other(format!("mountpoint {}: {e}", args.mountpoint.display()))),
     }
     let mut b = Vfs::builder().umask(0);
+    let opts = MountOpts::parse(&args.options, &args.fsname)?;
+    b = b.atime(opts.atime);
+    if opts.fsname.is_empty() || args.fsname.contains(|c: char| c == ',' || c.is_whitespace()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("--fsname {:?}: must be non-empty, with no comma or space", opts.fsname),
+        ));
+    }
     let what = if args.backend == "memfs" {
         "memfs".to_string()
     } else if let Some(dir) = args.backend.strip_prefix("passthrough:") {
@@ -87,13 +96,8 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     let server = Server::new(vfs, ttl, data);
 
     let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("rcuvfs".into()),
-        MountOption::Subtype("rcuvfs".into()),
-        MountOption::RW,
-        MountOption::Dev,
-        MountOption::Suid,
-    ];
+    config.mount_options = vec![MountOption::FSName(opts.fsname.clone()), MountOption::Subtype("rcuvfs".into())];
+    config.mount_options.extend(opts.kernel.iter().cloned());
     config.acl = SessionACL::All; // allow_other: other users reach the mount
                                   // memfs never blocks inside a request, so a worker beyond the cores
                                   // only adds a context switch per request (measured: 2 clients got
@@ -104,8 +108,17 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     config.n_threads = Some(workers);
     config.clone_fd = true;
 
-    let mut session = fuser::Session::new(server, &args.mountpoint, &config)
-        .map_err(|e| io::Error::new(e.kind(), format!("mount on {}: {e}", args.mountpoint.display())))?;
+    let on = |e: io::Error| io::Error::new(e.kind(), format!("mount on {}: {e}", args.mountpoint.display()));
+    // As root, the mount is made here, typed fuse.rcuvfs (fuser's own
+    // mount(2) types it plain `fuse`, so mount(8) would hand a later
+    // `mount -o remount` to the wrong helper); otherwise through
+    // fusermount3, which types it so too.
+    let fd = mount_direct(&args.mountpoint, &opts).map_err(on)?;
+    let direct = fd.is_some();
+    let mut session = match fd {
+        Some(fd) => fuser::Session::from_fd(server, fd, SessionACL::All, config).map_err(on)?,
+        None => fuser::Session::new(server, &args.mountpoint, &config).map_err(on)?,
+    };
     let _ = kernel.notifier.set(session.notifier());
     if args.read_ahead_kb > 0 {
         if let Err(e) = set_read_ahead(&args.mountpoint, args.read_ahead_kb) {
@@ -117,7 +130,8 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     std::thread::spawn(move || {
         let sig = wait_signal(&signals);
         eprintln!("rcuvfs: signal {sig}: unmounting {}", mountpoint.display());
-        if let Err(e) = unmounter.unmount() {
+        let r = if direct { unmount(&mountpoint) } else { unmounter.unmount() };
+        if let Err(e) = r {
             eprintln!("rcuvfs: unmount: {e}");
             std::process::exit(1);
         }
@@ -126,6 +140,127 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     session.run()?;
     eprintln!("rcuvfs: unmounted");
     Ok(())
+}
+
+/// Mounts a FUSE filesystem typed `fuse.rcuvfs` on `mountpoint` with
+/// mount(2) and returns its /dev/fuse descriptor; `None` when this process
+/// may not mount (not root: fusermount3 does it then).
+fn mount_direct(mountpoint: &Path, opts: &MountOpts) -> io::Result<Option<OwnedFd>> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let mode = std::fs::metadata(mountpoint)?.mode() & libc::S_IFMT;
+    let dev = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse")?;
+    let mut flags: libc::c_ulong = 0;
+    let mut data = format!(
+        "fd={},rootmode={mode:o},user_id={},group_id={},allow_other",
+        dev.as_raw_fd(),
+        // SAFETY: getuid and getgid cannot fail.
+        unsafe { libc::getuid() },
+        unsafe { libc::getgid() }
+    );
+    for o in &opts.kernel {
+        match o {
+            MountOption::RO => flags |= libc::MS_RDONLY,
+            MountOption::NoSuid => flags |= libc::MS_NOSUID,
+            MountOption::NoDev => flags |= libc::MS_NODEV,
+            MountOption::NoExec => flags |= libc::MS_NOEXEC,
+            MountOption::NoAtime => flags |= libc::MS_NOATIME,
+            MountOption::Sync => flags |= libc::MS_SYNCHRONOUS,
+            MountOption::DirSync => flags |= libc::MS_DIRSYNC,
+            MountOption::DefaultPermissions => data.push_str(",default_permissions"),
+            _ => {}
+        }
+    }
+    if opts.atime == AtimePolicy::Strict {
+        flags |= libc::MS_STRICTATIME;
+    }
+    let c = |s: &[u8]| std::ffi::CString::new(s).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL));
+    let (src, target, fstype, data) =
+        (c(opts.fsname.as_bytes())?, c(mountpoint.as_os_str().as_bytes())?, c(b"fuse.rcuvfs")?, c(data.as_bytes())?);
+    // SAFETY: every pointer is to a NUL-terminated string alive for the call.
+    let r = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), flags, data.as_ptr().cast()) };
+    if r == 0 {
+        return Ok(Some(dev.into()));
+    }
+    match io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::EPERM) => Ok(None),
+        e => Err(e),
+    }
+}
+
+/// Unmounts what `mount_direct` mounted; the session then ends as on an
+/// external umount.
+fn unmount(mountpoint: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a NUL-terminated path alive for the call.
+    if unsafe { libc::umount(target.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// What `-o` asked for: the kernel's mount flags, the atime policy, the
+/// source's name.
+#[derive(Debug)]
+struct MountOpts {
+    kernel: Vec<MountOption>,
+    atime: AtimePolicy,
+    fsname: String,
+}
+
+impl MountOpts {
+    /// Later options win over earlier ones, as with mount(8). A mount is
+    /// read-write, with devices and set-user-ID files, unless told.
+    fn parse(words: &[String], fsname: &str) -> io::Result<MountOpts> {
+        let (mut ro, mut suid, mut dev, mut exec) = (false, true, true, true);
+        let mut sync = None;
+        let mut atime = AtimePolicy::Relatime;
+        let mut fsname = fsname.to_string();
+        let mut extra = Vec::new();
+        for w in words.iter().map(|w| w.trim()).filter(|w| !w.is_empty()) {
+            match w {
+                "ro" => ro = true,
+                "rw" => ro = false,
+                "suid" => suid = true,
+                "nosuid" => suid = false,
+                "dev" => dev = true,
+                "nodev" => dev = false,
+                "exec" => exec = true,
+                "noexec" => exec = false,
+                "sync" => sync = Some(MountOption::Sync),
+                "async" => sync = Some(MountOption::Async),
+                "dirsync" => extra.push(MountOption::DirSync),
+                "noatime" => atime = AtimePolicy::Noatime,
+                "relatime" => atime = AtimePolicy::Relatime,
+                "strictatime" => atime = AtimePolicy::Strict,
+                "default_permissions" => extra.push(MountOption::DefaultPermissions),
+                "allow_other" => {}
+                _ if w.starts_with("subtype=") => {}
+                _ if w.starts_with("fsname=") => fsname = w["fsname=".len()..].to_string(),
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("-o {w}: unknown mount option (see rcuvfs mount --help)"),
+                    ))
+                }
+            }
+        }
+        let mut kernel = vec![
+            if ro { MountOption::RO } else { MountOption::RW },
+            if suid { MountOption::Suid } else { MountOption::NoSuid },
+            if dev { MountOption::Dev } else { MountOption::NoDev },
+            if exec { MountOption::Exec } else { MountOption::NoExec },
+        ];
+        if atime == AtimePolicy::Noatime {
+            kernel.push(MountOption::NoAtime);
+        }
+        kernel.extend(sync);
+        kernel.extend(extra);
+        Ok(MountOpts { kernel, atime, fsname })
+    }
 }
 
 /// Sets the mount's readahead (`/sys/class/bdi/MAJ:MIN/read_ahead_kb` of

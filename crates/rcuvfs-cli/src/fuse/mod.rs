@@ -98,6 +98,23 @@ pub struct MountArgs {
     /// inode budget).
     #[arg(long)]
     dcache_target: Option<usize>,
+    /// The mount's source, as /proc/mounts and findmnt show it (default
+    /// `rcuvfs`). A mount helper passes the device argument of `mount -t
+    /// fuse.rcuvfs SOURCE DIR` here, so that two mounts can be told apart
+    /// by their source, as xfstests does with TEST_DEV and SCRATCH_DEV.
+    #[arg(long, default_value = "rcuvfs")]
+    fsname: String,
+    /// Mount options, comma-separated, as `mount -o` takes them: `ro`,
+    /// `rw`, `nosuid`, `suid`, `nodev`, `dev`, `noexec`, `exec`, `sync`,
+    /// `dirsync`, `async` (the kernel enforces them); `noatime`,
+    /// `relatime` (the default), `strictatime` (when a read updates
+    /// atime, applied by rcuvfs); `default_permissions` (the kernel checks
+    /// permissions too; rcuvfs always does); `fsname=NAME` (as
+    /// --fsname); `allow_other`, `subtype=...` (accepted: the mount always
+    /// lets other users in, and names its type fuse.rcuvfs). Anything else
+    /// is refused (EINVAL), not ignored.
+    #[arg(short = 'o', long = "options", value_delimiter = ',')]
+    options: Vec<String>,
 }
 
 fn default_threads() -> usize {

@@ -22,6 +22,7 @@ impl Etcd {
         let mut recs: BTreeMap<Ino, Record> = BTreeMap::new();
         let mut entries: Vec<(Ino, Vec<u8>, Ino, FileType)> = Vec::new();
         let (mut chunks, mut xattrs, mut orphans, mut holds) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut graces = Vec::new();
         let mut next = 0;
         let mut bad = Vec::new();
         for kv in all.kvs() {
@@ -39,6 +40,7 @@ impl Etcd {
                 Key::Chunk(ino) => chunks.push((ino, l.chunk_index(ino, kv.key()), kv.value().len())),
                 Key::Xattr(ino) => xattrs.push(ino),
                 Key::Orphan(ino) => orphans.push(ino),
+                Key::Grace(ino) => graces.push(ino),
                 Key::Hold(ino) => holds.push(ino),
                 Key::Times(_) | Key::Writer(_) => {}
                 Key::Other if kv.key() == l.next_ino().as_slice() => {
@@ -120,6 +122,12 @@ impl Etcd {
         for ino in xattrs.iter().chain(&holds) {
             if !recs.contains_key(ino) {
                 bad.push(format!("attribute or hold of inode {ino} without an inode"));
+            }
+        }
+        for ino in graces {
+            // An orphan is reclaimed only once its grace key has expired.
+            if !orphans.contains(&ino) {
+                bad.push(format!("grace period of inode {ino} without an orphan"));
             }
         }
         for ino in orphans {

@@ -13,7 +13,8 @@
 //! | `P/d/{dir}/{cookie}{name}`      | a directory entry: the child's inode number (u64 LE) and type |
 //! | `P/c/{ino}/{index}`             | a chunk of file data, at most [`CHUNK`] bytes |
 //! | `P/x/{ino}/{name}`              | an extended attribute                  |
-//! | `P/o/{ino}`                     | an orphan: no links left, reclaimed once no client holds it |
+//! | `P/o/{ino}`                     | an orphan: no links left, reclaimed once no client holds it and its grace key is gone |
+//! | `P/g/{ino}`                     | an orphan's grace period: attached to a lease that expires at least the grace period after the unlink, by the cluster's clock |
 //! | `P/h/{ino}/{client}`            | a client holds the orphan (attached to the client's lease) |
 //! | `P/w/{client}`                  | put by every transaction of that client, so that its watcher knows the revision as its own |
 //!
@@ -81,6 +82,7 @@ pub enum Key<'a> {
     Chunk(Ino),
     Xattr(Ino),
     Orphan(Ino),
+    Grace(Ino),
     Hold(Ino),
     Writer(i64),
     Other,
@@ -181,6 +183,13 @@ impl Layout {
         self.key(b'o', ino)
     }
 
+    /// The grace key of the orphan `ino`: attached to a lease of the
+    /// cluster's, so that its time is counted by the cluster's clock, not
+    /// the machines'.
+    pub fn grace(&self, ino: Ino) -> Vec<u8> {
+        self.key(b'g', ino)
+    }
+
     pub fn holds(&self, ino: Ino) -> Vec<u8> {
         let mut k = self.key(b'h', ino);
         k.push(b'/');
@@ -212,6 +221,7 @@ impl Layout {
             (b'c', _) => Key::Chunk(ino),
             (b'x', _) => Key::Xattr(ino),
             (b'o', b"") => Key::Orphan(ino),
+            (b'g', b"") => Key::Grace(ino),
             (b'h', _) => Key::Hold(ino),
             (b'w', b"") => Key::Writer(ino as i64),
             _ => Key::Other,

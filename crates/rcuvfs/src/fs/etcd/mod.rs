@@ -73,16 +73,29 @@
 //! # Unlinked while held
 //!
 //! A file whose last link goes keeps its record and data and is marked an
-//! orphan (`P/o/{ino}`, holding the time of the unlink). A client that still
-//! holds the inode (the VFS has it: an open file, a handle) registers a
-//! hold (`P/h/{ino}/{client}`) attached to its lease: at once if it made
-//! the unlink, or when its watcher sees the link count reach zero. An orphan
-//! is reclaimed (record, data, attributes) once it is older than the grace
-//! period (5 s by default) and no hold is left: when the last holder lets it
-//! go, when a holder's lease expires (the client died), or by any client's
-//! sweep. A client whose watcher is cut off for longer than the grace
-//! period may therefore lose an unlinked file it held; its reads then
-//! answer ENOENT.
+//! orphan (`P/o/{ino}`). A client that still holds the inode (the VFS has
+//! it: an open file, a handle) registers a hold (`P/h/{ino}/{client}`)
+//! attached to its lease: at once if it made the unlink, or when its
+//! watcher sees the link count reach zero. The grace period (5 s by
+//! default) is the time other clients have to register: the unlink's
+//! transaction also puts the orphan's grace key (`P/g/{ino}`), attached to
+//! a lease the cluster expires, so the period is counted by the cluster's
+//! clock and the machines' clocks may disagree by any amount. An orphan is
+//! reclaimed (record, data, attributes) once its grace key is gone and no
+//! hold is left: when the last holder lets it go, when a holder's lease
+//! expires (the client died), or by any client's sweep. A client whose
+//! watcher is cut off for longer than the grace period may therefore lose
+//! an unlinked file it held; its reads then answer ENOENT.
+//!
+//! Leases are granted in whole seconds and a grant is a round trip, so a
+//! client shares one grace lease among the unlinks of a while (a quarter of
+//! the grace period, at least 1 s) and grants it for the grace period, plus
+//! that while, plus the call timeout: a grace key put in the last moment of
+//! the lease's use, by a transaction that took the whole timeout, still
+//! lives the grace period. An orphan nobody holds is therefore reclaimed
+//! between the grace period and that sum after its unlink (11 s by
+//! default): when the cluster expires the key, every client's watcher sees
+//! it go and tries the reclaim (one succeeds), as when a holder lets go.
 //!
 //! # Errors and limits
 //!
@@ -114,7 +127,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
@@ -238,6 +251,9 @@ struct Shared {
     /// This client's identity (its first lease's id, unique in the
     /// cluster): the name of its writer key.
     client_id: i64,
+    /// The lease orphans' grace keys are attached to now, and when it was
+    /// asked for (see "Unlinked while held").
+    grace: Mutex<Option<(i64, Instant)>>,
     notify: OnceLock<Arc<dyn Notify>>,
     stats: Arc<EtcdStats>,
 }
@@ -491,6 +507,7 @@ impl Etcd {
             lease: lease.into(),
             held: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             client_id: lease,
+            grace: Mutex::new(None),
             notify: OnceLock::new(),
             stats: Arc::new(EtcdStats::default()),
         });
@@ -658,7 +675,14 @@ impl Etcd {
 
     /// The compares and puts that drop one link of the non-directory `ino`
     /// (read as `v`): the record with one link less, or an orphan.
-    fn unlink_ops(&self, ino: Ino, v: &Loaded, t: Timespec, when: &mut Vec<Compare>, ops: &mut Vec<TxnOp>) {
+    fn unlink_ops(
+        &self,
+        ino: Ino,
+        v: &Loaded,
+        t: Timespec,
+        when: &mut Vec<Compare>,
+        ops: &mut Vec<TxnOp>,
+    ) -> Result<()> {
         let l = &self.sh.layout;
         let mut r = v.merged();
         r.nlink = r.nlink.saturating_sub(1);
@@ -666,9 +690,12 @@ impl Etcd {
         when.push(Compare::mod_revision(l.record(ino), CompareOp::Equal, v.rev));
         ops.push(TxnOp::put(l.record(ino), r.encode(), None));
         if r.nlink == 0 {
-            let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
-            ops.push(TxnOp::put(l.orphan(ino), stamp.to_le_bytes().to_vec(), None));
+            ops.push(TxnOp::put(l.orphan(ino), Vec::new(), None));
+            if let Some(lease) = self.sh.grace_lease()? {
+                ops.push(TxnOp::put(l.grace(ino), Vec::new(), leased(lease)));
+            }
         }
+        Ok(())
     }
 
     /// After a commit that left `ino` with no link: registers this client's
@@ -968,6 +995,33 @@ impl Shared {
         Ok(r)
     }
 
+    /// The lease for the grace keys of this client's unlinks, granted anew
+    /// once the current one has been used for its while; `None` when
+    /// there is no grace period. See "Unlinked while held" for the TTL.
+    /// Two unlinks may both grant one when the while ends; the spare
+    /// lease expires unused.
+    fn grace_lease(&self) -> Result<Option<i64>> {
+        if self.opts.orphan_grace.is_zero() {
+            return Ok(None);
+        }
+        let use_for = (self.opts.orphan_grace / 4).max(Duration::from_secs(1));
+        if let Some((id, asked)) = *self.grace.lock().unwrap() {
+            if asked.elapsed() < use_for {
+                return Ok(Some(id));
+            }
+        }
+        // The lease's time runs from the grant on the cluster, after it was
+        // asked for here: counted from `asked`, its use ends early, never late.
+        let asked = Instant::now();
+        let ttl = (self.opts.orphan_grace + use_for + self.opts.timeout).as_secs_f64().ceil() as i64;
+        let id = self.call(move |mut c| async move { c.lease_grant(ttl, None).await })?.id();
+        let mut g = self.grace.lock().unwrap();
+        if g.is_none_or(|(_, a)| a < asked) {
+            *g = Some((id, asked));
+        }
+        Ok(Some(id))
+    }
+
     fn held(&self, ino: Ino) -> std::sync::MutexGuard<'_, HashMap<Ino, Held>> {
         self.held[ino as usize % SHARDS].lock().unwrap()
     }
@@ -1235,7 +1289,7 @@ impl FileSystem for Etcd {
                 Compare::create_revision(l.record(parent), CompareOp::Equal, p.created),
             ];
             let mut ops = vec![TxnOp::delete(ek.clone(), None), self.times_op(parent, t)];
-            self.unlink_ops(ino, &v, t, &mut when, &mut ops);
+            self.unlink_ops(ino, &v, t, &mut when, &mut ops)?;
             if self.txn(Tx::new().when(when).and_then(ops))?.succeeded() {
                 self.sh.entries_changed(parent);
                 if v.rec.nlink <= 1 {
@@ -1557,7 +1611,7 @@ impl Etcd {
                 } else {
                     // The victim's record is put here, never in recs (it
                     // is neither parent nor the renamed inode).
-                    self.unlink_ops(d, &v, t, &mut when, &mut ops);
+                    self.unlink_ops(d, &v, t, &mut when, &mut ops)?;
                     victim = Some((d, v.rec.nlink <= 1));
                 }
             }

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, EventType, GetOptions, Txn, TxnOp, WatchOptions};
 
@@ -165,6 +165,15 @@ fn deliver(sh: &Arc<Shared>, rx: mpsc::Receiver<Msg>, revision: &AtomicI64, stop
                         return;
                     }
                     last = *rev;
+                    if let Key::Grace(ino) = sh.layout.parse(key) {
+                        // Not a change to the tree: the cluster expired an
+                        // orphan's grace period (a reclaim never takes the key).
+                        // Every client tries the reclaim, as when a holder goes.
+                        if !put {
+                            let _ = reclaim(sh, ino);
+                        }
+                        continue;
+                    }
                     if own.contains(rev) {
                         // Not news to this client, but its cache applied
                         // the change to what it believed the names were,
@@ -267,18 +276,14 @@ fn own_delete(sh: &Shared, key: Vec<u8>) -> Txn {
     Txn::new().and_then([TxnOp::put(sh.layout.writer(sh.client_id), Vec::new(), None), TxnOp::delete(key, None)])
 }
 
-/// Reclaims the orphan `ino` if its grace period is over and no client
-/// holds it.
+/// Reclaims the orphan `ino` if its grace period is over (its grace key
+/// expired) and no client holds it.
 pub(super) fn reclaim(sh: &Shared, ino: Ino) -> Result<bool> {
     let t = sh.opts.timeout;
     match sh.handle.block_on(async { tokio::time::timeout(t, reclaim_async(sh, ino)).await }) {
         Ok(r) => r.map_err(super::io_error),
         Err(_) => crate::error::fail(libc::ETIMEDOUT),
     }
-}
-
-fn millis_now() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
 async fn reclaim_async(sh: &Shared, ino: Ino) -> std::result::Result<bool, etcd_client::Error> {
@@ -291,12 +296,12 @@ async fn reclaim_async(sh: &Shared, ino: Ino) -> std::result::Result<bool, etcd_
     let r = c.txn(read).await?;
     let resp = r.op_responses();
     let Some(marker) = get_kvs(&resp[0]).first() else { return Ok(false) };
-    let stamp = marker.value().try_into().map(u64::from_le_bytes).unwrap_or(0);
-    if millis_now().saturating_sub(stamp) < sh.opts.orphan_grace.as_millis() as u64 {
-        return Ok(false);
-    }
-    let mut when =
-        vec![Compare::mod_revision(l.orphan(ino), CompareOp::Equal, marker.mod_revision()), range_empty(l.holds(ino))];
+    let mut when = vec![
+        Compare::mod_revision(l.orphan(ino), CompareOp::Equal, marker.mod_revision()),
+        // The grace period is over when the cluster has expired its key.
+        Compare::version(l.grace(ino), CompareOp::Equal, 0),
+        range_empty(l.holds(ino)),
+    ];
     let rec_rev = get_kvs(&resp[1]).first().map_or(0, |kv| kv.mod_revision());
     when.push(Compare::mod_revision(l.record(ino), CompareOp::Equal, rec_rev));
     let prefix = || Some(DeleteOptions::new().with_prefix());
