@@ -97,3 +97,30 @@ fn the_parent_walk_of_an_update_stores_nothing_on_the_ancestors() {
     v.create_dir("/top").unwrap();
     assert!(writes_per_update(&v, "/d0/d1/d2") > writes_per_update(&v, "/top"));
 }
+
+/// Through the etcd backend too: a cached path's stat never asks etcd and
+/// stores nothing shared (its dentries are plain dcache entries; the
+/// backend's coherence comes from its watcher, not from a check per
+/// lookup). Runs with `--features audit,etcd`; starts its own member.
+#[cfg(feature = "etcd")]
+#[test]
+fn norefs_stat_through_etcd_writes_nothing_shared() {
+    use rcuvfs::fs::etcd::{Etcd, EtcdOptions, LocalCluster};
+    let c = LocalCluster::start(1).unwrap();
+    let mut o = EtcdOptions::parse(&c.spec("audit")).unwrap();
+    o.remove_on_drop = true;
+    let fs = std::sync::Arc::new(Etcd::connect(o).unwrap());
+    let v = Vfs::builder().mode(RefMode::NoRefs).filesystem(fs.clone()).build().unwrap();
+    v.create_dir_all("/d0/d1/d2").unwrap();
+    v.write(PATH, b"x").unwrap();
+    for _ in 0..3 {
+        v.metadata(PATH).unwrap();
+    }
+    let commits = fs.stats().commits.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(writes_per_stat(&v), 0);
+    assert_eq!(
+        fs.stats().commits.load(std::sync::atomic::Ordering::Relaxed),
+        commits,
+        "a stat of a cached path committed nothing"
+    );
+}
