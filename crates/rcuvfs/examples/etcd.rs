@@ -41,7 +41,16 @@ fn timed(n: usize, mut f: impl FnMut(usize)) -> Vec<Duration> {
 
 fn row(what: &str, v: Vec<Duration>) {
     let (p50, p99) = pct(v);
-    println!("| {what} | {p50:.0} | {p99:.0} |");
+    println!("| {what} | {p50:.0} | {p99:.0} | |");
+}
+
+/// A row with the round trips to the cluster per operation that `fs` made.
+fn row_rt(what: &str, fs: &Etcd, f: impl FnOnce() -> Vec<Duration>) {
+    let before = fs.stats().requests.load(Ordering::Relaxed);
+    let v = f();
+    let rt = (fs.stats().requests.load(Ordering::Relaxed) - before) as f64 / v.len() as f64;
+    let (p50, p99) = pct(v);
+    println!("| {what} | {p50:.0} | {p99:.0} | {rt:.2} |");
 }
 
 fn main() {
@@ -59,20 +68,19 @@ fn main() {
     };
     o.prefix = format!("{}/example-{}", o.prefix, std::process::id());
     o.remove_on_drop = true;
-    let (a, _afs) = client(&o);
+    let (a, afs) = client(&o);
     let mut keep = o.clone();
     keep.remove_on_drop = false;
     println!("{n} files in one directory; microseconds\n");
-    println!("| operation | p50 | p99 |\n|---|---|---|");
+    println!("| operation | p50 | p99 | round trips |\n|---|---|---|---|");
     a.create_dir("/d").unwrap();
-    row("create (write of an empty file)", timed(n, |i| a.write(format!("/d/f{i}"), b"").unwrap()));
-    let (b, _) = client(&keep);
-    row(
-        "stat, cold (another client)",
+    row_rt("create (write of an empty file)", &afs, || timed(n, |i| a.write(format!("/d/f{i}"), b"").unwrap()));
+    let (b, bfs) = client(&keep);
+    row_rt("stat, cold (another client)", &bfs, || {
         timed(n, |i| {
             std::hint::black_box(b.metadata(format!("/d/f{i}")).unwrap());
-        }),
-    );
+        })
+    });
     // Warm: cached, no call to etcd; per stat, averaged over the files.
     let warm: Vec<Duration> = (0..20)
         .map(|_| {
@@ -84,7 +92,7 @@ fn main() {
         })
         .collect();
     let (w50, w99) = pct(warm);
-    println!("| stat, warm (cached; mean of {n} per sample) | {w50:.3} | {w99:.3} |");
+    println!("| stat, warm (cached; mean of {n} per sample) | {w50:.3} | {w99:.3} | |");
     // A client's first listing reads the directory from etcd; later ones
     // use the listing it keeps until the directory changes.
     let fresh: Vec<_> = (0..5).map(|_| client(&keep).0).collect();
@@ -105,7 +113,10 @@ fn main() {
             std::hint::black_box(fresh[0].read_dir("/d").unwrap().count());
         }),
     );
-    row("rename within the directory", timed(n, |i| a.rename(format!("/d/f{i}"), format!("/d/g{i}")).unwrap()));
+    row_rt("rename within the directory", &afs, || {
+        timed(n, |i| a.rename(format!("/d/f{i}"), format!("/d/g{i}")).unwrap())
+    });
+    row_rt("unlink", &afs, || timed(n, |i| a.remove_file(format!("/d/g{i}")).unwrap()));
 
     // Invalidation: B holds the file cached; A changes it; B polls its
     // cache (no call to etcd) until the change shows.

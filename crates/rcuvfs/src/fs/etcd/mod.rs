@@ -220,6 +220,9 @@ pub struct EtcdStats {
     pub resyncs: AtomicU64,
     /// Orphans this client reclaimed.
     pub reclaimed: AtomicU64,
+    /// Requests a caller of the filesystem waited on (round trips to the
+    /// cluster: reads, transactions, lease grants; retries counted).
+    pub requests: AtomicU64,
 }
 
 /// How many times this client holds an inode (lookup references), and
@@ -566,6 +569,39 @@ impl Etcd {
         Loaded::from_kvs(l, ino, r.kvs()).ok_or_else(|| err(ENOENT))
     }
 
+    /// The directories `dirs` (as `load_dir`, in order) and the entries
+    /// `names` (as `entry`, in order), read in one round trip, at one
+    /// revision: a transaction of reads only.
+    #[allow(clippy::type_complexity)]
+    fn load_dirs_and_entries(
+        &self,
+        dirs: &[Ino],
+        names: &[(Ino, &[u8])],
+    ) -> Result<(Vec<Loaded>, Vec<Option<(Ino, FileType, i64)>>)> {
+        let l = &self.sh.layout;
+        let mut ops: Vec<TxnOp> = dirs.iter().map(|&d| TxnOp::get(l.record(d), range(l.record(d)))).collect();
+        ops.extend(names.iter().map(|&(d, n)| TxnOp::get(l.entry(d, n), None)));
+        let txn = Txn::new().and_then(ops);
+        let r = self.call(move |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })?;
+        let resp = r.op_responses();
+        let mut loaded = Vec::with_capacity(dirs.len());
+        for (&d, g) in dirs.iter().zip(&resp) {
+            let v = Loaded::from_kvs(l, d, get_kvs(g)).ok_or_else(|| err(ENOENT))?;
+            if v.rec.kind != FileType::Dir || v.rec.nlink == 0 {
+                return fail(if v.rec.nlink == 0 { ENOENT } else { ENOTDIR });
+            }
+            loaded.push(v);
+        }
+        let entries = resp[dirs.len()..]
+            .iter()
+            .map(|g| get_kvs(g).first().and_then(|kv| decode_entry(kv.value()).map(|(i, k)| (i, k, kv.mod_revision()))))
+            .collect();
+        Ok((loaded, entries))
+    }
+
     fn load_dir(&self, ino: Ino) -> Result<Loaded> {
         let d = self.load(ino)?;
         if d.rec.kind != FileType::Dir || d.rec.nlink == 0 {
@@ -726,8 +762,9 @@ impl Etcd {
     /// revision and its record. ENOENT, EISDIR or ENOTDIR as POSIX says;
     /// `None` when the record went between the two reads (try again).
     fn victim(&self, parent: Ino, name: &[u8], dir: bool) -> Result<Option<(Loaded, Ino, i64, Loaded)>> {
-        let p = self.load_dir(parent)?;
-        let Some((ino, kind, erev)) = self.entry(parent, name)? else { return fail(ENOENT) };
+        let (mut ps, es) = self.load_dirs_and_entries(&[parent], &[(parent, name)])?;
+        let p = ps.pop().expect("one directory");
+        let Some((ino, kind, erev)) = es[0] else { return fail(ENOENT) };
         match (kind == FileType::Dir, dir) {
             (true, false) => return fail(EISDIR),
             (false, true) => return fail(ENOTDIR),
@@ -1063,6 +1100,7 @@ impl Shared {
         let deadline = tokio::time::Instant::now() + t;
         let run = async {
             loop {
+                self.stats.requests.fetch_add(1, Ordering::Relaxed);
                 match f(self.client.clone()).await {
                     Err(e) if not_applied(&e) && tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
                         tokio::time::sleep(RETRY_PAUSE).await;
@@ -1106,11 +1144,10 @@ impl FileSystem for Etcd {
 
     fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
         for _ in 0..RETRIES {
-            let Some((ino, _, _)) = self.entry(parent, name)? else {
-                // A missing directory is ENOENT, a file ENOTDIR.
-                let p = self.load(parent)?;
-                return fail(if p.rec.kind == FileType::Dir { ENOENT } else { ENOTDIR });
-            };
+            // `parent` is a directory the VFS holds (an inode never changes
+            // type): a missing name is ENOENT, whether or not the directory
+            // itself is still there.
+            let Some((ino, _, _)) = self.entry(parent, name)? else { return fail(ENOENT) };
             match self.load(ino) {
                 Ok(v) => {
                     self.hold_ref(ino);
@@ -1529,10 +1566,12 @@ impl Etcd {
     ) -> Result<Option<()>> {
         let l = &self.sh.layout;
         let (sk, dk) = (l.entry(parent, name), l.entry(new_parent, new_name));
-        let p = self.load_dir(parent)?;
-        let np = if new_parent == parent { None } else { Some(self.load_dir(new_parent)?) };
-        let Some((src, skind, srev)) = self.entry(parent, name)? else { return fail(ENOENT) };
-        let dst = self.entry(new_parent, new_name)?;
+        let dirs: &[Ino] = if new_parent == parent { &[parent] } else { &[parent, new_parent] };
+        let (mut ds, es) = self.load_dirs_and_entries(dirs, &[(parent, name), (new_parent, new_name)])?;
+        let np = if new_parent == parent { None } else { ds.pop() };
+        let p = ds.pop().expect("the source directory");
+        let Some((src, skind, srev)) = es[0] else { return fail(ENOENT) };
+        let dst = es[1];
         if flags.exchange && dst.is_none() {
             return fail(ENOENT);
         }
