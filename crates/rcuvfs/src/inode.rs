@@ -125,6 +125,12 @@ pub(crate) struct Inode {
     /// The filesystem's own inode (memfs), not a copy: its attributes are
     /// the truth and are never set from outside.
     owned: bool,
+    /// Odd while the cached attributes may be older than the filesystem's
+    /// (an update of a copied inode, see `mark_stale`); each mark and each
+    /// refresh that cleans moves it on. Read by `attr` on the same line as
+    /// the attributes; never written by a read of clean attributes.
+    /// (In the padding after `owned`.)
+    stale: AtomicU32,
     pub ino: Ino,
     perm: AtomicU32,
     nlink: AtomicU32,
@@ -254,6 +260,7 @@ impl Inode {
             size: AtomicU64::new(a.size),
             blocks: AtomicU64::new(a.blocks),
             rdev: AtomicU64::new(a.rdev),
+            stale: AtomicU32::new(0),
             link: AtomicPtr::new(ptr::null_mut()),
             data: AtomicPtr::new(ptr::null_mut()),
             refs: Lockref::new(0),
@@ -324,6 +331,9 @@ impl Inode {
     /// takes the lock).
     #[inline]
     pub fn attr(&self) -> Attr {
+        if !self.owned {
+            self.refresh_stale();
+        }
         if self.owned && self.kind == FileType::Dir {
             // A directory's size is its entry count, read from its index.
             let sb = self.owner.load(Ordering::Relaxed);
@@ -496,6 +506,53 @@ impl Inode {
     /// are the truth.
     pub fn is_owned(&self) -> bool {
         self.owned
+    }
+
+    /// Marks the cached attributes as older than the filesystem's after an
+    /// update the filesystem made (a name created or removed in this
+    /// directory, a link dropped, a rename's ctime): the next `attr` reads
+    /// them again, once, instead of every update paying a call at once
+    /// that no one may need (a round trip to etcd, a statx on the host).
+    /// Nothing to do for an inode that is the filesystem's truth.
+    ///
+    /// A refresh that began before this mark cannot clean it: the
+    /// generation it read is gone (see `refresh_stale`).
+    pub fn mark_stale(&self) {
+        if self.owned {
+            return;
+        }
+        let mut g = self.stale.load(Ordering::Relaxed);
+        loop {
+            // Even (clean) -> odd; odd -> the next odd, so that a refresh in
+            // flight, which read the old odd value, leaves it stale.
+            let next = if g & 1 == 1 { g.wrapping_add(2) } else { g.wrapping_add(1) };
+            // Release: pairs with `refresh_stale`'s Acquire; the update this
+            // marks happened before, so a refresh that sees the mark reads
+            // the update's result.
+            match self.stale.compare_exchange_weak(g, next, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => g = now,
+            }
+        }
+    }
+
+    /// Reads the attributes again if they were marked stale. The mark is
+    /// cleaned only if no other was made meanwhile; a call that fails
+    /// leaves it (the next `attr` tries again), except ENOENT and ESTALE:
+    /// the inode is gone from the filesystem, and nothing newer will come.
+    fn refresh_stale(&self) {
+        let g = self.stale.load(Ordering::Acquire);
+        if g & 1 == 0 {
+            return;
+        }
+        match self.fs().getattr(self.ino) {
+            Ok(a) => self.set_attr(&a),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESTALE)) => {}
+            Err(_) => return,
+        }
+        // Release: a reader that sees it clean (Acquire in a later
+        // `refresh_stale`) sees the attributes stored above.
+        let _ = self.stale.compare_exchange(g, g.wrapping_add(1), Ordering::Release, Ordering::Relaxed);
     }
 
     /// Re-reads the attributes from the filesystem after a change (nothing

@@ -281,3 +281,43 @@ fn a_directory_moved_outside_is_renamed_from_its_new_name() {
     assert!(!h.path("y/d").exists());
     assert_eq!(std::fs::read(h.path("x/e/f")).unwrap(), b"kept");
 }
+
+/// An update shows on every inode it changed, at the next stat, whatever
+/// else the cache may trust (no watch, an hour's TTL here): a create or
+/// unlink moves its directory's times, a mkdir its link count, an unlink
+/// an open file's link count, a rename the moved file's ctime. (The VFS
+/// marks those inodes stale and reads them again at the next look, rather
+/// than at once.)
+#[test]
+fn an_update_shows_on_every_inode_it_changed() {
+    let host = HostDir::new("stale");
+    let opts = PassthroughOptions { watch: false, ttl: Duration::from_secs(3600), ..Default::default() };
+    let (v, _) = serve(&host.0, opts);
+    v.create_dir("/d").unwrap();
+    v.write("/d/kept", b"x").unwrap();
+    let tick = || std::thread::sleep(Duration::from_millis(20));
+    let m = |p: &str| v.metadata(p).unwrap();
+    let d0 = m("/d");
+    tick();
+    v.write("/d/f", b"y").unwrap();
+    let d1 = m("/d");
+    assert!(d1.modified().unwrap() > d0.modified().unwrap(), "create: the directory's mtime");
+    tick();
+    v.create_dir("/d/sub").unwrap();
+    let d2 = m("/d");
+    assert_eq!(d2.nlink(), d1.nlink() + 1, "mkdir: the directory's link count");
+    let k0 = m("/d/kept");
+    tick();
+    v.rename("/d/kept", "/d/moved").unwrap();
+    assert!(m("/d/moved").changed() > k0.changed(), "rename: ctime");
+    let f = v.open("/d/f", OpenOptions::new().read(true)).unwrap();
+    assert_eq!(f.metadata().unwrap().nlink(), 1);
+    tick();
+    v.remove_file("/d/f").unwrap();
+    assert_eq!(f.metadata().unwrap().nlink(), 0, "unlink: the open file's link count");
+    let d3 = m("/d");
+    assert!(d3.modified().unwrap() > d2.modified().unwrap(), "unlink: the directory's mtime");
+    tick();
+    v.remove_dir("/d/sub").unwrap();
+    assert_eq!(m("/d").nlink(), d2.nlink() - 1, "rmdir: the directory's link count");
+}

@@ -21,14 +21,21 @@ use crate::sync::atomic::loom_model as model;
 
 /// Inodes below 10 are directories, the rest files. A lookup is counted
 /// and finds `answer` (a file) for every name, or nothing.
+/// `getattr` answers `changes` as the size and the ctime (0 unless a
+/// model changes it), as a filesystem whose every change moves ctime.
 struct Stub {
     answer: Option<Ino>,
     lookups: loom::sync::atomic::AtomicUsize,
+    changes: loom::sync::atomic::AtomicU64,
 }
 
 impl Stub {
     fn new(answer: Option<Ino>) -> Stub {
-        Stub { answer, lookups: loom::sync::atomic::AtomicUsize::new(0) }
+        Stub {
+            answer,
+            lookups: loom::sync::atomic::AtomicUsize::new(0),
+            changes: loom::sync::atomic::AtomicU64::new(0),
+        }
     }
 }
 
@@ -62,7 +69,11 @@ impl FileSystem for Stub {
     }
     fn forget(&self, _: Ino, _: u64) {}
     fn getattr(&self, ino: Ino) -> Result<Attr> {
-        Ok(attr(ino))
+        let n = self.changes.load(loom::sync::atomic::Ordering::SeqCst);
+        let mut a = attr(ino);
+        a.size = n;
+        a.ctime = Timespec { sec: n as i64, nsec: 0 };
+        Ok(a)
     }
     fn setattr(&self, ino: Ino, _: &SetAttr) -> Result<Attr> {
         Ok(attr(ino))
@@ -474,5 +485,42 @@ fn loom_parallel_lookups_make_one_filesystem_call() {
         }
         assert_eq!(fs.lookups.load(loom::sync::atomic::Ordering::SeqCst), 1, "the filesystem was asked twice");
         check_cache(&dc);
+    });
+}
+
+/// An update that changed an inode in its filesystem marks it stale; a
+/// stat racing it (which refreshes when it sees a mark) never leaves it
+/// marked clean with the attributes from before the change: once both are
+/// done, a stat shows the change. Two updates, so that a mark also lands
+/// on a refresh in flight.
+#[test]
+fn loom_mark_stale_vs_refresh() {
+    model(|| {
+        let fs = Arc::new(Stub::new(Some(20)));
+        let dc = cache_over(fs.clone());
+        drop(dc.lookup_ref(dc.root(), b"x").expect("found"));
+        let update = |dc: Arc<Dcache>, fs: Arc<Stub>| {
+            thread::spawn(move || {
+                fs.changes.fetch_add(1, loom::sync::atomic::Ordering::SeqCst);
+                let d = dc.lookup_ref(dc.root(), b"x").expect("cached");
+                d.inode().expect("positive").mark_stale();
+            })
+        };
+        let updater = update(dc.clone(), fs.clone());
+        let reader = {
+            let dc = dc.clone();
+            thread::spawn(move || {
+                thread::yield_now();
+                let d = dc.lookup_ref(dc.root(), b"x").expect("cached");
+                d.inode().expect("positive").attr().size
+            })
+        };
+        let second = update(dc.clone(), fs.clone());
+        updater.join().unwrap();
+        second.join().unwrap();
+        let seen = reader.join().unwrap();
+        assert!(seen <= 2);
+        let d = dc.lookup_ref(dc.root(), b"x").expect("cached");
+        assert_eq!(d.inode().expect("positive").attr().size, 2, "a change was lost to a refresh in flight");
     });
 }

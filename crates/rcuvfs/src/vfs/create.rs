@@ -37,13 +37,12 @@ impl Vfs {
     }
 
     /// Records a name the filesystem just created in `dir` for the negative
-    /// dentry `d`, and refreshes the directory's cached attributes.
+    /// dentry `d`, and marks the directory's cached attributes stale.
     pub(super) fn instantiate(&self, dir: &Dentry, d: &Dentry, attr: &Attr) -> Result<()> {
         let dc = self.dc();
         let ip = dir.sb().iget(attr, true, &dc.counters)?;
         dc.d_instantiate(d, ip);
-        let di = dir.inode().expect("positive directory");
-        di.refresh(di.fs());
+        dir.inode().expect("positive directory").mark_stale();
         Ok(())
     }
 

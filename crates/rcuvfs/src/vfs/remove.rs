@@ -63,8 +63,8 @@ impl Vfs {
         self.may_delete(dir, victim, false)?;
         let fs = dir_inode.fs();
         fs.unlink(dir_inode.ino, n.name)?;
-        vi.refresh(fs);
-        dir_inode.refresh(fs);
+        vi.mark_stale();
+        dir_inode.mark_stale();
         dc.d_delete(victim);
         Ok(())
     }
@@ -108,8 +108,8 @@ impl Vfs {
         }
         let fs = dir_inode.fs();
         fs.rmdir(dir_inode.ino, name)?;
-        vi.refresh(fs);
-        dir_inode.refresh(fs);
+        vi.mark_stale();
+        dir_inode.mark_stale();
         // Its cached misses go with it (`shrink_dcache_parent`).
         dc.shrink_tree(victim);
         dc.d_delete(victim);

@@ -112,11 +112,8 @@ impl Vfs {
         let fs = op.dir.sb().fs.as_ref();
         let (odi, ndi) = (op.dir.inode().expect("dir"), np.dir.inode().expect("dir"));
         fs.rename(odi.ino, old_name, ndi.ino, new_name, flags)?;
-        // Each changed inode once (a rename within one directory names it
-        // twice): for a filesystem that is not the truth, each is a call.
-        let ndi = (!std::ptr::eq(odi, ndi)).then_some(ndi);
-        for i in [Some(odi), ndi, Some(si), di].into_iter().flatten() {
-            i.refresh(fs);
+        for i in [Some(odi), Some(ndi), Some(si), di].into_iter().flatten() {
+            i.mark_stale();
         }
         dc.d_move(&src, &np.dir, new_name, &dst, flags.exchange);
         Ok(())
