@@ -254,7 +254,7 @@ impl Dcache {
         );
         // SAFETY: just allocated, not yet shared.
         unsafe { (*root).parent.store(root, Ordering::Relaxed) };
-        sbr.root.store(root as *mut Dentry, std::sync::atomic::Ordering::Relaxed);
+        sbr.root.store(root, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: just allocated, live.
         Self::alias_add(inode, unsafe { &*root });
         self.counters.add_dentry(1, false);
