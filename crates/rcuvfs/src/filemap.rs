@@ -517,31 +517,13 @@ impl PageCache {
             return Ok(at);
         }
         let (first, last) = ((at / PAGE as u64) as usize, ((end - 1) / PAGE as u64) as usize);
-        // SAFETY: only writers (we hold `writer`) replace the index.
-        let mut index = unsafe { &*self.index.load(Ordering::Relaxed) };
-        let missing =
-            (first..=last).filter(|&i| index.slots.get(i).is_none_or(|s| s.load(Ordering::Relaxed).is_null())).count();
-        self.charge(missing as i64)?;
-        let mut frames = Vec::with_capacity(missing);
-        if let Err(e) = pool().alloc(missing, &mut frames) {
-            let _ = self.charge(-(missing as i64));
-            return Err(e);
-        }
-        let mut frames = frames.into_iter();
-        if last >= index.slots.len() {
-            index = self.grow(last + 1);
-        }
+        // SAFETY: `writer` is held.
+        let index = unsafe { self.populate(first, last)? };
         let mut done = 0;
         for pi in first..=last {
-            let slot = &index.slots[pi];
-            let mut p = slot.load(Ordering::Relaxed);
-            if p.is_null() {
-                p = Box::into_raw(Page::new(frames.next().expect("a frame per missing page")));
-                // Release: the zeroed page is initialized for readers.
-                slot.store(p, Ordering::Release);
-                self.w.pages.fetch_add(1, Ordering::Relaxed);
-            }
-            // SAFETY: a page in the index is live; we hold `writer`.
+            let p = index.slots[pi].load(Ordering::Relaxed);
+            // SAFETY: a page in the index is live (`populate` put one in
+            // every slot of the range); we hold `writer`.
             let page = unsafe { &*p };
             let pos = at + done as u64;
             let from = (pos % PAGE as u64) as usize;
@@ -557,6 +539,63 @@ impl PageCache {
             self.size.store(end, Ordering::Release);
         }
         Ok(at)
+    }
+
+    /// Puts a zeroed page in every empty slot of pages `first..=last`,
+    /// charged first (ENOSPC, or ENOMEM from the pool, changes nothing),
+    /// and returns the index that holds them.
+    ///
+    /// # Safety
+    /// The caller holds `writer`.
+    unsafe fn populate(&self, first: usize, last: usize) -> Result<&Index> {
+        // SAFETY: only writers (the caller holds `writer`) replace the index.
+        let mut index = unsafe { &*self.index.load(Ordering::Relaxed) };
+        let missing =
+            (first..=last).filter(|&i| index.slots.get(i).is_none_or(|s| s.load(Ordering::Relaxed).is_null())).count();
+        self.charge(missing as i64)?;
+        let mut frames = Vec::with_capacity(missing);
+        if let Err(e) = pool().alloc(missing, &mut frames) {
+            let _ = self.charge(-(missing as i64));
+            return Err(e);
+        }
+        let mut frames = frames.into_iter();
+        if last >= index.slots.len() {
+            index = self.grow(last + 1);
+        }
+        for slot in &index.slots[first..=last] {
+            if slot.load(Ordering::Relaxed).is_null() {
+                let p = Box::into_raw(Page::new(frames.next().expect("a frame per missing page")));
+                // Release: the zeroed page is initialized for readers.
+                slot.store(p, Ordering::Release);
+                self.w.pages.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(index)
+    }
+
+    /// `fallocate` modes 0 and KEEP_SIZE: every page of `[offset, offset +
+    /// len)` exists (zeroed where it was a hole, charged to the budget), so
+    /// later writes there need no space; the size grows to the end unless
+    /// `keep_size`, and never shrinks (it is read and set under `writer`,
+    /// as every write does).
+    pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        let end = offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE);
+        let Some(end) = end else { return fail(EFBIG) };
+        if len == 0 {
+            return fail(crate::error::EINVAL);
+        }
+        let _w = self.w.writer.lock();
+        let _m =
+            (self.mode != CacheMode::Lockless).then(|| self.w.mode_lock.write().unwrap_or_else(|e| e.into_inner()));
+        let (first, last) = ((offset / PAGE as u64) as usize, ((end - 1) / PAGE as u64) as usize);
+        // SAFETY: `writer` is held.
+        unsafe { self.populate(first, last)? };
+        if !keep_size && end > self.size.load(Ordering::Relaxed) {
+            // Release: the zeroed pages are in place before readers see
+            // them in range.
+            self.size.store(end, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Replaces the index with a larger copy, retiring the old one.

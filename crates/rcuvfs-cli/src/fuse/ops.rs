@@ -557,18 +557,16 @@ impl fuser::Filesystem for Server {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        // posix_fallocate (mode 0) extends the size; memfs stores holes as
-        // nothing, so no space is reserved. Other modes are not supported.
-        if mode != 0 {
+        // Modes 0 and KEEP_SIZE: the filesystem allocates the range (memfs
+        // zeroed pages charged to its budget; the passthrough the host's
+        // fallocate), never shrinking the file. Punching, zeroing and
+        // collapsing ranges are not supported.
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
             return reply.error(Errno::EOPNOTSUPP);
         }
         let r = (|| {
             let f = self.file(fh)?;
-            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
-            if end > f.file.metadata().map_err(errno)?.len() {
-                f.file.set_len(end).map_err(errno)?;
-            }
-            Ok(())
+            f.file.allocate(offset, length, mode & libc::FALLOC_FL_KEEP_SIZE != 0).map_err(errno)
         })();
         match r {
             Ok(()) => reply.ok(),

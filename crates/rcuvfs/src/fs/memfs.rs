@@ -1080,6 +1080,21 @@ impl FileSystem for MemFs {
         Ok(at)
     }
 
+    fn fallocate(&self, ino: Ino, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        let g = self.rcu().read_lock();
+        let i = self.get(&g, ino)?;
+        if i.kind != FileType::File {
+            return Err(Self::not_a_file(i));
+        }
+        let pc = i.data_or_init(|| self.new_page_cache());
+        let size = pc.size();
+        pc.allocate(offset, len, keep_size)?;
+        if pc.size() != size {
+            i.touch(now(), true);
+        }
+        Ok(())
+    }
+
     fn note_access(&self, ino: Ino) {
         let g = self.rcu().read_lock();
         if let Ok(i) = self.get(&g, ino) {

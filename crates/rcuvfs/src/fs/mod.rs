@@ -304,6 +304,16 @@ pub trait FileSystem: Send + Sync + 'static {
     fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize>;
     /// Writes `data`; returns the offset it was written at.
     fn write(&self, ino: Ino, pos: WritePos, data: &[u8]) -> Result<u64>;
+    /// `fallocate(2)` modes 0 and `FALLOC_FL_KEEP_SIZE` on the regular
+    /// file `ino`: space for `[offset, offset + len)` is allocated, so
+    /// that writes in the range do not fail for lack of it (ENOSPC here if
+    /// there is none), and the size becomes at least the end unless
+    /// `keep_size`. Never shrinks the file, whatever writes run at once.
+    /// The default answers EOPNOTSUPP (glibc's `posix_fallocate` then
+    /// writes the range's blocks itself).
+    fn fallocate(&self, _ino: Ino, _offset: u64, _len: u64, _keep_size: bool) -> Result<()> {
+        crate::error::fail(libc::EOPNOTSUPP)
+    }
     fn fsync(&self, _ino: Ino) -> Result<()> {
         Ok(())
     }

@@ -28,7 +28,14 @@ pub struct OpenOptions {
     pub(crate) mode: u32,
     /// Built from `open(2)` flags: POSIX rules, not `std`'s.
     pub(crate) posix: bool,
+    /// The kernel's open for execve (`__FMODE_EXEC` in a FUSE OPEN): needs
+    /// execute permission, not read.
+    pub(crate) exec: bool,
 }
+
+/// The kernel's `__FMODE_EXEC`, which FUSE passes in the flags of the OPEN
+/// that `execve` makes (with `O_RDONLY`); no `open(2)` flag has this value.
+pub const FMODE_EXEC: i32 = 0x20;
 
 impl Default for OpenOptions {
     fn default() -> Self {
@@ -48,11 +55,13 @@ impl OpenOptions {
             nofollow: false,
             mode: 0o666,
             posix: false,
+            exec: false,
         }
     }
 
     /// Options from `open(2)` flags (`O_ACCMODE`, `O_APPEND`, `O_TRUNC`,
-    /// `O_CREAT`, `O_EXCL`, `O_NOFOLLOW`), with POSIX's rules rather than
+    /// `O_CREAT`, `O_EXCL`, `O_NOFOLLOW`, and [`FMODE_EXEC`] as FUSE sends
+    /// it for an exec), with POSIX's rules rather than
     /// `std`'s: `O_RDONLY | O_CREAT` creates, `O_TRUNC` needs only write
     /// permission on the file. For servers such as FUSE.
     pub fn from_flags(flags: i32) -> OpenOptions {
@@ -67,6 +76,7 @@ impl OpenOptions {
         o.create = flags & libc::O_CREAT != 0;
         o.create_new = o.create && flags & libc::O_EXCL != 0;
         o.nofollow = flags & libc::O_NOFOLLOW != 0;
+        o.exec = flags & FMODE_EXEC != 0 && flags & libc::O_ACCMODE == libc::O_RDONLY;
         o.posix = true;
         o
     }
@@ -234,6 +244,25 @@ impl File {
         }
         let a = self.inode().fs().setattr(self.ino, &SetAttr { size: Some(size), ..SetAttr::default() })?;
         self.inode().set_attr(&a);
+        Ok(())
+    }
+
+    /// `fallocate` (mode 0, or `FALLOC_FL_KEEP_SIZE` with `keep_size`):
+    /// allocates `[offset, offset + len)` so that writes there do not fail
+    /// for space (ENOSPC if there is none); the size grows to the end
+    /// unless `keep_size`, and never shrinks. EBADF unless open for
+    /// writing, EINVAL for an empty range, EOPNOTSUPP where the filesystem
+    /// cannot.
+    pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        if !self.writable {
+            return fail(EBADF);
+        }
+        if len == 0 {
+            return fail(EINVAL);
+        }
+        let inode = self.inode();
+        inode.fs().fallocate(self.ino, offset, len, keep_size)?;
+        inode.refresh(inode.fs());
         Ok(())
     }
 

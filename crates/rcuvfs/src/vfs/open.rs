@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use super::{bytes, Begun, DirPin, Entry, Named, Start, StateRef, Vfs, VfsState};
-use crate::cred::{MAY_READ, MAY_WRITE};
+use crate::cred::{MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::dcache::DRef;
 use crate::error::{fail, Result, EACCES, EEXIST, EINVAL, EISDIR, ELOOP};
 use crate::file::{File, OpenOptions};
@@ -133,7 +133,15 @@ impl Vfs {
         }
         if !created {
             let mut mask = 0;
-            if opts.read {
+            if opts.exec {
+                // execve: a regular file the caller may execute (read
+                // permission is not needed; the loader's reads go through
+                // this open file).
+                if attr.kind != FileType::File {
+                    return fail(EACCES);
+                }
+                mask |= MAY_EXEC;
+            } else if opts.read {
                 mask |= MAY_READ;
             }
             if writes || opts.truncate {

@@ -633,6 +633,21 @@ impl FileSystem for Passthrough {
         Ok(off)
     }
 
+    fn fallocate(&self, ino: Ino, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        let inner = &*self.inner;
+        let n = inner.node(ino)?;
+        if n.kind != FileType::File {
+            return fail(libc::ENODEV);
+        }
+        let fd = inner.data_fd(&n, true)?;
+        let (off, len) =
+            (i64::try_from(offset).map_err(|_| err(libc::EFBIG))?, i64::try_from(len).map_err(|_| err(libc::EFBIG))?);
+        let mode = if keep_size { libc::FALLOC_FL_KEEP_SIZE } else { 0 };
+        // SAFETY: valid descriptor. The host allocates (or answers ENOSPC,
+        // EOPNOTSUPP) and never shrinks the file.
+        check(unsafe { libc::fallocate(fd.as_raw_fd(), mode, off, len) }).map(drop)
+    }
+
     fn fsync(&self, ino: Ino) -> Result<()> {
         let inner = &*self.inner;
         let n = inner.node(ino)?;
