@@ -321,3 +321,20 @@ fn an_update_shows_on_every_inode_it_changed() {
     v.remove_dir("/d/sub").unwrap();
     assert_eq!(m("/d").nlink(), d2.nlink() - 1, "rmdir: the directory's link count");
 }
+
+/// A file created through the passthrough has the mode asked for: the
+/// server's own umask does not apply, and the chown to the caller does
+/// not drop set-user-ID or set-group-ID (xfstests generic/633).
+#[test]
+fn a_created_file_has_the_mode_asked_for() {
+    let host = HostDir::new("mode");
+    let pt = Passthrough::new(&host.0, watched()).unwrap();
+    let v = Vfs::builder().umask(0).filesystem(Arc::new(pt)).build().unwrap();
+    for mode in [0o666, 0o4755, 0o2710, 0o6777] {
+        let p = format!("/f{mode:o}");
+        drop(v.open(&p, OpenOptions::new().write(true).create_new(true).mode(mode)).unwrap());
+        assert_eq!(v.metadata(&p).unwrap().mode() & 0o7777, mode, "through the mount");
+        let host_mode = std::fs::metadata(host.path(&p[1..])).unwrap().permissions().mode();
+        assert_eq!(host_mode & 0o7777, mode, "on the host");
+    }
+}
