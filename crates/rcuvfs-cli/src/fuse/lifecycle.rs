@@ -113,7 +113,7 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     // mount(2) types it plain `fuse`, so mount(8) would hand a later
     // `mount -o remount` to the wrong helper); otherwise through
     // fusermount3, which types it so too.
-    let fd = mount_direct(&args.mountpoint, &opts).map_err(on)?;
+    let fd = mount_direct(&args.mountpoint, &opts, &args.fstype).map_err(on)?;
     let direct = fd.is_some();
     let mut session = match fd {
         Some(fd) => fuser::Session::from_fd(server, fd, SessionACL::All, config).map_err(on)?,
@@ -142,10 +142,10 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     Ok(())
 }
 
-/// Mounts a FUSE filesystem typed `fuse.rcuvfs` on `mountpoint` with
-/// mount(2) and returns its /dev/fuse descriptor; `None` when this process
-/// may not mount (not root: fusermount3 does it then).
-fn mount_direct(mountpoint: &Path, opts: &MountOpts) -> io::Result<Option<OwnedFd>> {
+/// Mounts a FUSE filesystem typed `fstype` (`fuse.rcuvfs` or `fuse`) on
+/// `mountpoint` with mount(2) and returns its /dev/fuse descriptor; `None`
+/// when this process may not mount (not root: fusermount3 does it then).
+fn mount_direct(mountpoint: &Path, opts: &MountOpts, fstype: &str) -> io::Result<Option<OwnedFd>> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     let mode = std::fs::metadata(mountpoint)?.mode() & libc::S_IFMT;
@@ -176,7 +176,7 @@ fn mount_direct(mountpoint: &Path, opts: &MountOpts) -> io::Result<Option<OwnedF
     }
     let c = |s: &[u8]| std::ffi::CString::new(s).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL));
     let (src, target, fstype, data) =
-        (c(opts.fsname.as_bytes())?, c(mountpoint.as_os_str().as_bytes())?, c(b"fuse.rcuvfs")?, c(data.as_bytes())?);
+        (c(opts.fsname.as_bytes())?, c(mountpoint.as_os_str().as_bytes())?, c(fstype.as_bytes())?, c(data.as_bytes())?);
     // SAFETY: every pointer is to a NUL-terminated string alive for the call.
     let r = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), flags, data.as_ptr().cast()) };
     if r == 0 {

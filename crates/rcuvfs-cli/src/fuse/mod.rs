@@ -115,6 +115,12 @@ pub struct MountArgs {
     /// is refused (EINVAL), not ignored.
     #[arg(short = 'o', long = "options", value_delimiter = ',')]
     options: Vec<String>,
+    /// The mount's type as root mounts it: `fuse.rcuvfs` (the default:
+    /// mount(8) hands `-o remount` to mount.fuse.rcuvfs) or `fuse` (what
+    /// tools that expect a plain FUSE mount look for, such as xfstests'
+    /// FSTYP=fuse; mount(8) then hands a remount to fuse3's mount.fuse).
+    #[arg(long, default_value = "fuse.rcuvfs", value_parser = ["fuse.rcuvfs", "fuse"])]
+    fstype: String,
 }
 
 fn default_threads() -> usize {
