@@ -55,3 +55,53 @@ fn a_reused_inode_number_is_served_as_the_new_file() {
     drop((held, v));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The same, when the new object is of another type: a directory that
+/// takes the number of a deleted symlink the VFS still holds is a
+/// directory, under an inode number of its own (xfstests generic/011 saw
+/// such a directory listed as the old symlink, and `rm -rf` fail on it).
+#[test]
+fn a_reused_inode_number_keeps_its_new_type() {
+    let dir = std::env::temp_dir().join(format!("rcuvfs-handles-type-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("other")).unwrap();
+    std::os::unix::fs::symlink("target", dir.join("old")).unwrap();
+    let opts = PassthroughOptions { descriptor_cache: Some(16), ..Default::default() };
+    let pt = Arc::new(Passthrough::new(&dir, opts).unwrap());
+    if !pt.descriptors().0 {
+        eprintln!("no file handles here: skipped");
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let v = Vfs::builder().filesystem(pt.clone()).build().unwrap();
+    let held = v.entry_nofollow("/old").unwrap();
+    let held_ino = v.symlink_metadata("/old").unwrap().ino();
+    let old_ino = std::fs::symlink_metadata(dir.join("old")).unwrap().ino();
+    for i in 0..64 {
+        std::fs::write(dir.join(format!("other/{i}")), b"x").unwrap();
+        v.read(format!("/other/{i}")).unwrap();
+    }
+    std::fs::remove_file(dir.join("old")).unwrap();
+    let mut reused = None;
+    for i in 0..64 {
+        let p = dir.join(format!("new{i}"));
+        std::fs::create_dir(&p).unwrap();
+        if std::fs::metadata(&p).unwrap().ino() == old_ino {
+            reused = Some(i);
+            break;
+        }
+    }
+    match reused {
+        Some(i) => {
+            let name = format!("/new{i}");
+            let m = v.symlink_metadata(&name).unwrap();
+            assert!(m.is_dir(), "a directory served as the deleted symlink ({:?})", m.file_type());
+            assert_ne!(m.ino(), held_ino, "two objects under one inode number");
+            v.write(format!("{name}/inside"), b"x").unwrap();
+            v.remove_file(format!("{name}/inside")).unwrap();
+            v.remove_dir(&name).unwrap();
+        }
+        None => eprintln!("the host filesystem did not reuse the inode number: nothing to check"),
+    }
+    drop((held, v));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -23,8 +23,8 @@
 //!
 //! A handle, unlike a descriptor, does not keep the object's inode number
 //! from being reused: a lookup that finds a node's (device, number) again
-//! checks the handle and, if it changed, moves the node to the new object
-//! (`found_again`).
+//! checks the handle (`same_object`) and, if it changed, makes a new node
+//! with an inode number of its own for the new object.
 //!
 //! Descriptors are closed outside `Inner::nodes`: `opened` may close other
 //! nodes' descriptors, waiting for their locks, so the callers that hold
@@ -179,24 +179,21 @@ impl FdCache {
     }
 
     /// A lookup found `node`'s (device, inode number) again, opened as
-    /// `fd`. With handles, the number may have been reused: the object the
-    /// node's handle names was deleted and another took its number. Then
-    /// the node takes the new object's handle and descriptor (a lifetime
-    /// descriptor pinned the number; a handle does not).
-    pub fn found_again(&self, node: &Node, fd: OwnedFd) {
+    /// `fd`: whether it is still the node's object. A descriptor the node
+    /// holds pins the number, so while it is open the answer is yes; with
+    /// only a handle, the object the handle names may have been deleted
+    /// and another have taken its number: then the handles differ (they
+    /// carry the generation). Without a handle to compare, yes.
+    pub fn same_object(&self, node: &Node, fd: &OwnedFd) -> bool {
         if !node.fd.evictable {
-            return;
+            return true;
         }
-        let Some(h) = self.mount.as_ref().and_then(|(_, id)| Handle::of(fd.as_raw_fd(), *id)) else { return };
-        let mut st = node.fd.state.lock().unwrap();
-        if st.handle.as_ref() == Some(&h) {
-            return;
+        let st = node.fd.state.lock().unwrap();
+        if st.open.is_some() {
+            return true;
         }
-        st.handle = Some(h);
-        let old = st.open.replace(Arc::new(fd));
-        drop(st);
-        drop(old);
-        self.opened(node);
+        let Some(h) = self.mount.as_ref().and_then(|(_, id)| Handle::of(fd.as_raw_fd(), *id)) else { return true };
+        st.handle.as_ref() == Some(&h)
     }
 
     /// `node` holds cached descriptors now: queue it (once), and evict the

@@ -300,7 +300,10 @@ impl FileSystem for Passthrough {
             return;
         }
         nodes.by_ino.remove(&ino);
-        nodes.by_key.remove(&n.key);
+        // (A node whose number the host reused is no longer the key's.)
+        if nodes.by_key.get(&n.key) == Some(&ino) {
+            nodes.by_key.remove(&n.key);
+        }
         let wd = n.wd.lock().unwrap().take();
         if let Some(wd) = wd {
             nodes.by_wd.remove(&wd.get_watch_descriptor_id());

@@ -209,16 +209,30 @@ impl Inner {
         let st = stat_fd(fd.as_raw_fd(), None)?;
         let key = (st.st_dev, st.st_ino);
         let mut nodes = self.nodes.write().unwrap();
+        let mut reused = false;
         if let Some(&ino) = nodes.by_key.get(&key) {
             let n = nodes.by_ino[&ino].clone();
-            n.nlookup.fetch_add(1, Ordering::Relaxed);
-            drop(nodes);
-            self.fds.found_again(&n, fd);
-            let a = self.attr(ino, &st);
-            *n.checked.lock().unwrap() = (Instant::now(), a.clone());
-            return Ok(a);
+            if n.kind == kind_of(st.st_mode) && self.fds.same_object(&n, &fd) {
+                n.nlookup.fetch_add(1, Ordering::Relaxed);
+                drop(nodes);
+                let a = self.attr(ino, &st);
+                *n.checked.lock().unwrap() = (Instant::now(), a.clone());
+                return Ok(a);
+            }
+            // The host reused the number for another object (the node's
+            // was deleted while the node held only its handle). The new
+            // object gets a node and an inode number of its own: under the
+            // old number the VFS knows the old object, its type included
+            // (xfstests generic/011 showed a new directory as the symlink
+            // that had had its number).
+            reused = true;
         }
-        let ino = self.ino_for(&mut nodes, key);
+        let ino = if reused {
+            nodes.next_private += 1;
+            nodes.next_private
+        } else {
+            self.ino_for(&mut nodes, key)
+        };
         let a = self.attr(ino, &st);
         let node = Node::new(key, fd, a.clone(), &self.fds);
         nodes.by_key.insert(key, ino);
