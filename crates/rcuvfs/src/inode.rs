@@ -502,6 +502,12 @@ impl Inode {
         self.owner.store(sb as *mut Super, Ordering::Relaxed);
     }
 
+    /// Whether any extended attribute was ever set on this owned inode
+    /// (memfs keeps them on the inode).
+    pub fn has_xattrs(&self) -> bool {
+        !self.xattrs.load(Ordering::Acquire).is_null()
+    }
+
     /// Whether this is its filesystem's own inode (memfs), whose attributes
     /// are the truth.
     pub fn is_owned(&self) -> bool {

@@ -649,3 +649,35 @@ fn an_exec_open_needs_execute_not_read() {
     assert_eq!(errno(&user.open("/prog", &exec)), libc::EACCES);
     assert_eq!(errno(&user.open("/dir", &exec)), libc::EACCES);
 }
+
+/// A write, truncate or fallocate by a caller other than root removes
+/// set-user-ID, set-group-ID where the group may execute, and the file's
+/// capabilities, as Linux's `file_remove_privs`; root's keep them. (The
+/// mount hands this to rcuvfs, FUSE_HANDLE_KILLPRIV: before, the kernel
+/// sent a chmod as the writer, refused to a non-owner, and the write
+/// failed with EPERM: xfstests generic/683, 688.)
+#[test]
+fn a_write_by_another_user_removes_set_id_bits_and_capabilities() {
+    let v = Vfs::builder().build().unwrap();
+    let user = v.with_cred(Cred::new(1000, 1000, &[]));
+    let mode = |p: &str| v.metadata(p).unwrap().mode() & 0o7777;
+    for (i, (before, after)) in [(0o6766, 0o2766), (0o6776, 0o0776), (0o4777, 0o0777)].into_iter().enumerate() {
+        let p = format!("/f{i}");
+        v.write(&p, b"data").unwrap();
+        v.set_permissions(&p, Permissions::from_mode(before)).unwrap();
+        v.set_xattr(&p, "security.capability", b"caps", rcuvfs::XattrSet::Either).unwrap();
+        let f = user.open(&p, OpenOptions::new().write(true)).unwrap();
+        match i {
+            0 => drop(f.write_at(b"x", 0).unwrap()),
+            1 => f.allocate(0, 8192, false).unwrap(),
+            _ => f.set_len(2).unwrap(),
+        }
+        assert_eq!(mode(&p), after, "case {i}");
+        assert_eq!(errno(&v.get_xattr(&p, "security.capability")), libc::ENODATA, "case {i}: capabilities kept");
+    }
+    v.write("/root", b"data").unwrap();
+    v.set_permissions("/root", Permissions::from_mode(0o6777)).unwrap();
+    let f = v.open("/root", OpenOptions::new().write(true)).unwrap();
+    f.write_at(b"x", 0).unwrap();
+    assert_eq!(mode("/root"), 0o6777, "root's write kept the bits");
+}

@@ -93,7 +93,7 @@ pub fn run(args: MountArgs) -> io::Result<()> {
         // Host files only; the kernel refuses it with the writeback cache.
         passthrough: args.backend.starts_with("passthrough:") && !args.no_kernel_passthrough && !args.writeback_cache,
     };
-    let server = Server::new(vfs, ttl, data);
+    let server = Server::new(vfs, ttl, data, kernel.clone());
 
     let mut config = Config::default();
     config.mount_options = vec![MountOption::FSName(opts.fsname.clone()), MountOption::Subtype("rcuvfs".into())];

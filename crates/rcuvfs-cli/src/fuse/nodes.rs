@@ -38,6 +38,15 @@ impl KernelNotify {
     pub(super) fn node(&self, ino: u64) -> INodeNo {
         INodeNo(self.root_ino.get().map_or(ino, |&r| swap_root(r, ino)))
     }
+
+    /// Drops the kernel's cached attributes of FUSE node `node`, and only
+    /// them (offset -1: no page-cache invalidation, so no inode lock in the
+    /// kernel, and it may be sent from within a request on that node).
+    pub(super) fn attrs_changed(&self, node: INodeNo) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(node, -1, 0);
+        }
+    }
 }
 
 /// A library inode number as a FUSE node id and back: the root's number
@@ -103,6 +112,8 @@ pub(super) struct Server {
     nodes: DashMap<u64, KernelNode>,
     pub(super) files: DashMap<u64, Arc<OpenFile>>,
     pub(super) next_fh: AtomicU64,
+    /// The kernel's notifications (also the library's observer).
+    pub(super) kernel: Arc<KernelNotify>,
 }
 
 pub(super) struct OpenFile {
@@ -125,13 +136,33 @@ pub(super) fn groups(pid: u32) -> Vec<u32> {
 }
 
 impl Server {
-    pub(super) fn new(vfs: Vfs, ttl: Duration, data: DataCache) -> Server {
+    /// Runs a write or fallocate on `f`, which the library follows by
+    /// removing set-ID bits when the writer is not root
+    /// (FUSE_HANDLE_KILLPRIV); if it did, the kernel's cached mode is
+    /// dropped, since a WRITE's answer carries no attributes.
+    pub(super) fn removing_privs(
+        &self,
+        node: INodeNo,
+        f: &OpenFile,
+        op: impl FnOnce() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let set_id = |f: &OpenFile| f.file.metadata().map_or(0, |m| m.mode() & 0o6000);
+        let before = set_id(f);
+        op()?;
+        if before != 0 && set_id(f) != before {
+            self.kernel.attrs_changed(node);
+        }
+        Ok(())
+    }
+
+    pub(super) fn new(vfs: Vfs, ttl: Duration, data: DataCache, kernel: Arc<KernelNotify>) -> Server {
         let root = vfs.root_entry();
         let root_ino = root.ino();
         let nodes = DashMap::new();
         // The root is never forgotten.
         nodes.insert(1, KernelNode { entry: root, nlookup: 1 });
         Server {
+            kernel,
             vfs,
             data,
             backing: DashMap::new(),

@@ -66,6 +66,12 @@ impl fuser::Filesystem for Server {
         // Lookups and listings of one directory in parallel (the kernel
         // otherwise serializes them on the directory's inode lock).
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // The library removes set-ID bits and capabilities on a write,
+        // truncate or fallocate by a caller other than root (and on chown).
+        // Without this the kernel does it by sending a chmod as the writer,
+        // which a writer who does not own the file may not make: the write
+        // failed with EPERM (xfstests generic/683, 688).
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
         // Requests as large as the kernel allows: fuser asks 16 MiB writes
         // (the kernel clamps to its max_pages limit), and readahead as
         // large as the kernel proposes.
@@ -340,7 +346,7 @@ impl fuser::Filesystem for Server {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -351,11 +357,14 @@ impl fuser::Filesystem for Server {
     ) {
         let r = (|| {
             let f = self.file(fh)?;
-            if f.append {
-                f.file.append_at_end(data).map_err(errno)?;
-            } else {
-                f.file.write_at(data, offset).map_err(errno)?;
-            }
+            self.removing_privs(ino, &f, || {
+                if f.append {
+                    f.file.append_at_end(data).map(drop)
+                } else {
+                    f.file.write_at(data, offset).map(drop)
+                }
+            })
+            .map_err(errno)?;
             Ok(data.len() as u32)
         })();
         match r {
@@ -550,7 +559,7 @@ impl fuser::Filesystem for Server {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
@@ -566,7 +575,8 @@ impl fuser::Filesystem for Server {
         }
         let r = (|| {
             let f = self.file(fh)?;
-            f.file.allocate(offset, length, mode & libc::FALLOC_FL_KEEP_SIZE != 0).map_err(errno)
+            self.removing_privs(ino, &f, || f.file.allocate(offset, length, mode & libc::FALLOC_FL_KEEP_SIZE != 0))
+                .map_err(errno)
         })();
         match r {
             Ok(()) => reply.ok(),

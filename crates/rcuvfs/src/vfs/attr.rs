@@ -164,6 +164,9 @@ impl Vfs {
             if !cred.may(&attr, MAY_WRITE) {
                 return fail(EACCES);
             }
+            if !cred.is_root() && set.perm.is_none() {
+                super::file::kill_priv(inode)?;
+            }
         }
         if let Some(uid) = set.uid {
             if !cred.is_root() && (uid != attr.uid || cred.uid != attr.uid) {

@@ -159,12 +159,16 @@ pub struct File {
     writable: bool,
     append: bool,
     pos: u64,
+    /// Opened by root (who has CAP_FSETID): its writes keep set-ID bits
+    /// and file capabilities (see `kill_priv`).
+    privileged: bool,
 }
 
 impl File {
     /// The caller passes one reference on `inode` to the file.
-    pub(crate) fn new(state: StateRef, mnt: *const Mount, inode: &Inode, opts: &OpenOptions) -> File {
+    pub(crate) fn new(state: StateRef, mnt: *const Mount, inode: &Inode, opts: &OpenOptions, privileged: bool) -> File {
         File {
+            privileged,
             state,
             inode,
             mnt,
@@ -185,6 +189,9 @@ impl File {
     fn write_data(&self, offset: Option<u64>, buf: &[u8]) -> Result<u64> {
         let inode = self.inode();
         let fs = self.inode().fs();
+        if !buf.is_empty() && !self.privileged {
+            kill_priv(inode)?;
+        }
         let at = match inode.data() {
             Some(pc) => {
                 let at = pc.write(offset, buf)?;
@@ -242,6 +249,9 @@ impl File {
         if !self.writable {
             return fail(EINVAL);
         }
+        if !self.privileged {
+            kill_priv(self.inode())?;
+        }
         let a = self.inode().fs().setattr(self.ino, &SetAttr { size: Some(size), ..SetAttr::default() })?;
         self.inode().set_attr(&a);
         Ok(())
@@ -261,6 +271,9 @@ impl File {
             return fail(EINVAL);
         }
         let inode = self.inode();
+        if !self.privileged {
+            kill_priv(inode)?;
+        }
         inode.fs().fallocate(self.ino, offset, len, keep_size)?;
         inode.refresh(inode.fs());
         Ok(())
@@ -351,4 +364,35 @@ impl std::fmt::Debug for File {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("File").field("ino", &self.ino).field("pos", &self.pos).finish()
     }
+}
+
+/// What a write, truncate or fallocate by a caller without CAP_FSETID (not
+/// root) does first, as Linux's `file_remove_privs`: set-user-ID goes, and
+/// set-group-ID where the group may execute; and the file's capabilities
+/// (`security.capability`). The check costs nothing shared when there is
+/// nothing to remove: the attributes are cached, and whether an owned
+/// inode has extended attributes is a pointer on it. A copied inode
+/// (passthrough, etcd) is only asked to drop capabilities along with
+/// set-ID bits, to keep a call off every write.
+pub(crate) fn kill_priv(inode: &Inode) -> Result<()> {
+    let a = inode.attr();
+    if a.kind != FileType::File {
+        return Ok(());
+    }
+    let mut perm = a.perm & !libc::S_ISUID;
+    if perm & 0o010 != 0 {
+        perm &= !libc::S_ISGID;
+    }
+    let fs = inode.fs();
+    if perm != a.perm {
+        let new = fs.setattr(inode.ino, &SetAttr { perm: Some(perm), ..SetAttr::default() })?;
+        inode.set_attr(&new);
+    }
+    if if inode.is_owned() { inode.has_xattrs() } else { perm != a.perm } {
+        match fs.removexattr(inode.ino, b"security.capability") {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENODATA | libc::ENOTSUP)) => {}
+            r => r?,
+        }
+    }
+    Ok(())
 }

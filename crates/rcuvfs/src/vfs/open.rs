@@ -152,12 +152,15 @@ impl Vfs {
             }
         }
         if opts.truncate && attr.kind == FileType::File && !created {
+            if !self.cred.is_root() {
+                super::file::kill_priv(inode)?;
+            }
             let a = inode.fs().setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
             inode.set_attr(&a);
         }
         inode.hold();
         let mnt = self.dc().mntget(mnt).into_raw();
-        Ok(File::new(StateRef::new(&self.state), mnt, inode, opts))
+        Ok(File::new(StateRef::new(&self.state), mnt, inode, opts, self.cred.is_root()))
     }
 
     /// Reads a whole file.
