@@ -165,7 +165,7 @@ impl Vfs {
                 return fail(EACCES);
             }
             if !cred.is_root() && set.perm.is_none() {
-                super::file::kill_priv(inode)?;
+                super::file::kill_priv(inode, cred.in_group(attr.gid))?;
             }
         }
         if let Some(uid) = set.uid {

@@ -162,13 +162,24 @@ pub struct File {
     /// Opened by root (who has CAP_FSETID): its writes keep set-ID bits
     /// and file capabilities (see `kill_priv`).
     privileged: bool,
+    /// The opener was in the file's group at open: its writes keep a
+    /// set-group-ID bit that is not group-executable (see `kill_priv`).
+    in_group: bool,
 }
 
 impl File {
     /// The caller passes one reference on `inode` to the file.
-    pub(crate) fn new(state: StateRef, mnt: *const Mount, inode: &Inode, opts: &OpenOptions, privileged: bool) -> File {
+    pub(crate) fn new(
+        state: StateRef,
+        mnt: *const Mount,
+        inode: &Inode,
+        opts: &OpenOptions,
+        privileged: bool,
+        in_group: bool,
+    ) -> File {
         File {
             privileged,
+            in_group,
             state,
             inode,
             mnt,
@@ -190,7 +201,7 @@ impl File {
         let inode = self.inode();
         let fs = self.inode().fs();
         if !buf.is_empty() && !self.privileged {
-            kill_priv(inode)?;
+            kill_priv(inode, self.in_group)?;
         }
         let at = match inode.data() {
             Some(pc) => {
@@ -250,7 +261,7 @@ impl File {
             return fail(EINVAL);
         }
         if !self.privileged {
-            kill_priv(self.inode())?;
+            kill_priv(self.inode(), self.in_group)?;
         }
         let a = self.inode().fs().setattr(self.ino, &SetAttr { size: Some(size), ..SetAttr::default() })?;
         self.inode().set_attr(&a);
@@ -272,7 +283,7 @@ impl File {
         }
         let inode = self.inode();
         if !self.privileged {
-            kill_priv(inode)?;
+            kill_priv(inode, self.in_group)?;
         }
         inode.fs().fallocate(self.ino, offset, len, keep_size)?;
         inode.refresh(inode.fs());
@@ -368,19 +379,20 @@ impl std::fmt::Debug for File {
 
 /// What a write, truncate or fallocate by a caller without CAP_FSETID (not
 /// root) does first, as Linux's `file_remove_privs`: set-user-ID goes, and
-/// set-group-ID where the group may execute; and the file's capabilities
+/// set-group-ID where the group may execute or the caller is not in the
+/// file's group (`in_group`); and the file's capabilities
 /// (`security.capability`). The check costs nothing shared when there is
 /// nothing to remove: the attributes are cached, and whether an owned
 /// inode has extended attributes is a pointer on it. A copied inode
 /// (passthrough, etcd) is only asked to drop capabilities along with
 /// set-ID bits, to keep a call off every write.
-pub(crate) fn kill_priv(inode: &Inode) -> Result<()> {
+pub(crate) fn kill_priv(inode: &Inode, in_group: bool) -> Result<()> {
     let a = inode.attr();
     if a.kind != FileType::File {
         return Ok(());
     }
     let mut perm = a.perm & !libc::S_ISUID;
-    if perm & 0o010 != 0 {
+    if perm & 0o010 != 0 || !in_group {
         perm &= !libc::S_ISGID;
     }
     let fs = inode.fs();

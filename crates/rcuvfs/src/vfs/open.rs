@@ -153,14 +153,15 @@ impl Vfs {
         }
         if opts.truncate && attr.kind == FileType::File && !created {
             if !self.cred.is_root() {
-                super::file::kill_priv(inode)?;
+                super::file::kill_priv(inode, self.cred.in_group(attr.gid))?;
             }
             let a = inode.fs().setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
             inode.set_attr(&a);
         }
         inode.hold();
         let mnt = self.dc().mntget(mnt).into_raw();
-        Ok(File::new(StateRef::new(&self.state), mnt, inode, opts, self.cred.is_root()))
+        let (privileged, in_group) = (self.cred.is_root(), self.cred.in_group(attr.gid));
+        Ok(File::new(StateRef::new(&self.state), mnt, inode, opts, privileged, in_group))
     }
 
     /// Reads a whole file.
