@@ -688,3 +688,21 @@ fn a_write_by_another_user_removes_set_id_bits_and_capabilities() {
     f.write_at(b"x", 0).unwrap();
     assert_eq!(mode("/root"), 0o6777, "root's write kept the bits");
 }
+
+/// Who may write a regular file may remove its security.capability (what
+/// the kernel's killpriv does over FUSE, with the writer's credentials:
+/// xfstests generic/688), and no other security attribute.
+#[test]
+fn a_writer_may_remove_the_capability_attribute_only() {
+    let v = Vfs::builder().build().unwrap();
+    v.write("/f", b"x").unwrap();
+    v.set_permissions("/f", Permissions::from_mode(0o666)).unwrap();
+    v.set_xattr("/f", "security.capability", b"caps", rcuvfs::XattrSet::Either).unwrap();
+    v.set_xattr("/f", "security.label", b"l", rcuvfs::XattrSet::Either).unwrap();
+    let user = v.with_cred(Cred::new(1000, 1000, &[]));
+    assert_eq!(errno(&user.remove_xattr("/f", "security.label")), libc::EPERM);
+    user.remove_xattr("/f", "security.capability").unwrap();
+    v.set_xattr("/f", "security.capability", b"caps", rcuvfs::XattrSet::Either).unwrap();
+    v.set_permissions("/f", Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(errno(&user.remove_xattr("/f", "security.capability")), libc::EPERM, "not a writer");
+}
