@@ -588,6 +588,13 @@ impl PageCache {
         let _m =
             (self.mode != CacheMode::Lockless).then(|| self.w.mode_lock.write().unwrap_or_else(|e| e.into_inner()));
         let (first, last) = ((offset / PAGE as u64) as usize, ((end - 1) / PAGE as u64) as usize);
+        // One call allocates at most half of the machine's memory (tmpfs's
+        // default size), whatever the budget: ENOSPC, not an OOM kill.
+        // SAFETY: sysconf has no preconditions.
+        let phys = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0) as u64;
+        if (last - first + 1) as u64 > phys / 2 {
+            return fail(crate::error::ENOSPC);
+        }
         // SAFETY: `writer` is held.
         unsafe { self.populate(first, last)? };
         if !keep_size && end > self.size.load(Ordering::Relaxed) {

@@ -706,3 +706,38 @@ fn a_writer_may_remove_the_capability_attribute_only() {
     v.set_permissions("/f", Permissions::from_mode(0o644)).unwrap();
     assert_eq!(errno(&user.remove_xattr("/f", "security.capability")), libc::EPERM, "not a writer");
 }
+
+/// Whoever may write a file may clear its set-ID bits, and only that: the
+/// chmod the kernel sends over FUSE, as the writer, before a write by a
+/// caller without CAP_FSETID (Linux's killpriv). Any other chmod is the
+/// owner's.
+#[test]
+fn a_writer_may_only_clear_set_id_bits() {
+    let v = Vfs::builder().build().unwrap();
+    v.write("/f", b"x").unwrap();
+    v.set_permissions("/f", Permissions::from_mode(0o6766)).unwrap();
+    let user = v.with_cred(Cred::new(1000, 1000, &[]));
+    let mode = || v.metadata("/f").unwrap().mode() & 0o7777;
+    assert_eq!(errno(&user.set_permissions("/f", Permissions::from_mode(0o6777))), libc::EPERM);
+    assert_eq!(errno(&user.set_permissions("/f", Permissions::from_mode(0o0744))), libc::EPERM);
+    user.set_permissions("/f", Permissions::from_mode(0o0766)).unwrap();
+    assert_eq!(mode(), 0o0766);
+    v.set_permissions("/f", Permissions::from_mode(0o4744)).unwrap();
+    assert_eq!(errno(&user.set_permissions("/f", Permissions::from_mode(0o0744))), libc::EPERM, "not a writer");
+}
+
+/// A group-executable set-group-ID file made in a set-group-ID directory
+/// by someone outside the directory's group loses the bit (Linux's
+/// mode_strip_sgid): it would carry the group's privileges.
+#[test]
+fn a_set_group_id_file_from_outside_the_group_loses_the_bit() {
+    let v = Vfs::builder().umask(0).build().unwrap();
+    v.create_dir("/d").unwrap();
+    v.set_permissions("/d", Permissions::from_mode(0o2777)).unwrap();
+    let outsider = v.with_cred(Cred::new(1000, 1000, &[]));
+    drop(outsider.open("/d/x", OpenOptions::new().write(true).create(true).mode(0o2755)).unwrap());
+    assert_eq!(v.metadata("/d/x").unwrap().mode() & 0o7777, 0o0755);
+    let member = v.with_cred(Cred::new(1001, 1001, &[0]));
+    drop(member.open("/d/y", OpenOptions::new().write(true).create(true).mode(0o2755)).unwrap());
+    assert_eq!(v.metadata("/d/y").unwrap().mode() & 0o7777, 0o2755, "a member keeps it");
+}

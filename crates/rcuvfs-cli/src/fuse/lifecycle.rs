@@ -29,7 +29,7 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     let mut b = Vfs::builder().umask(0);
     let opts = MountOpts::parse(&args.options, &args.fsname)?;
     b = b.atime(opts.atime);
-    if opts.fsname.is_empty() || args.fsname.contains(|c: char| c == ',' || c.is_whitespace()) {
+    if opts.fsname.is_empty() || opts.fsname.contains(|c: char| c == ',' || c.is_whitespace()) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("--fsname {:?}: must be non-empty, with no comma or space", opts.fsname),
@@ -116,7 +116,14 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     let fd = mount_direct(&args.mountpoint, &opts, &args.fstype).map_err(on)?;
     let direct = fd.is_some();
     let mut session = match fd {
-        Some(fd) => fuser::Session::from_fd(server, fd, SessionACL::All, config).map_err(on)?,
+        Some(fd) => match fuser::Session::from_fd(server, fd, SessionACL::All, config) {
+            Ok(s) => s,
+            Err(e) => {
+                // Leave no dead mount behind.
+                let _ = unmount(&args.mountpoint);
+                return Err(on(e));
+            }
+        },
         None => fuser::Session::new(server, &args.mountpoint, &config).map_err(on)?,
     };
     let _ = kernel.notifier.set(session.notifier());
@@ -149,7 +156,12 @@ fn mount_direct(mountpoint: &Path, opts: &MountOpts, fstype: &str) -> io::Result
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     let mode = std::fs::metadata(mountpoint)?.mode() & libc::S_IFMT;
-    let dev = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse")?;
+    let dev = match std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        Ok(d) => d,
+        // Not ours to open: fusermount3 (setuid) will.
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Ok(None),
+        Err(e) => return Err(e),
+    };
     let mut flags: libc::c_ulong = 0;
     let mut data = format!(
         "fd={},rootmode={mode:o},user_id={},group_id={},allow_other",

@@ -66,12 +66,14 @@ impl fuser::Filesystem for Server {
         // Lookups and listings of one directory in parallel (the kernel
         // otherwise serializes them on the directory's inode lock).
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
-        // The library removes set-ID bits and capabilities on a write,
-        // truncate or fallocate by a caller other than root (and on chown).
-        // Without this the kernel does it by sending a chmod as the writer,
-        // which a writer who does not own the file may not make: the write
-        // failed with EPERM (xfstests generic/683, 688).
-        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
+        // Not FUSE_HANDLE_KILLPRIV: the kernel itself removes set-ID bits
+        // and capabilities before a write, truncate or fallocate by a
+        // caller without CAP_FSETID, with a chmod and a removexattr sent as
+        // the writer, which the library accepts from whoever may write the
+        // file. (With KILLPRIV the kernel would leave it to the server, and
+        // writes through the kernel's FUSE passthrough or the writeback
+        // cache never reach it as the writer: set-ID bits would survive a
+        // user's write.)
         // Requests as large as the kernel allows: fuser asks 16 MiB writes
         // (the kernel clamps to its max_pages limit), and readahead as
         // large as the kernel proposes.

@@ -20,7 +20,18 @@ impl Vfs {
     pub(super) fn new_owner(&self, dir_attr: &Attr, kind: FileType, perm: u32) -> (Owner, u32) {
         let cred = &*self.cred;
         if dir_attr.perm & libc::S_ISGID != 0 {
-            let perm = if kind == FileType::Dir { perm | libc::S_ISGID } else { perm };
+            let mut perm = if kind == FileType::Dir { perm | libc::S_ISGID } else { perm };
+            // Linux's mode_strip_sgid: a group-executable set-group-ID file
+            // in the directory's group, made by someone outside that group,
+            // would hand them the group's privileges.
+            if kind != FileType::Dir
+                && perm & libc::S_ISGID != 0
+                && perm & 0o010 != 0
+                && !cred.is_root()
+                && !cred.in_group(dir_attr.gid)
+            {
+                perm &= !libc::S_ISGID;
+            }
             (Owner { uid: cred.uid, gid: dir_attr.gid }, perm)
         } else {
             (Owner { uid: cred.uid, gid: cred.gid }, perm)

@@ -170,7 +170,10 @@ fn deliver(sh: &Arc<Shared>, rx: mpsc::Receiver<Msg>, revision: &AtomicI64, stop
                         // orphan's grace period (a reclaim never takes the key).
                         // Every client tries the reclaim, as when a holder goes.
                         if !put {
-                            let _ = reclaim(sh, ino);
+                            // In the background: a lease's expiry may end
+                            // many grace periods at once, and this thread
+                            // delivers every other change.
+                            reclaim_later(sh, ino);
                         }
                         continue;
                     }
@@ -274,6 +277,14 @@ pub(super) fn release(sh: &Arc<Shared>, ino: Ino) {
 /// A delete of `key` marked as this client's own (see `Shared::txn`).
 fn own_delete(sh: &Shared, key: Vec<u8>) -> Txn {
     Txn::new().and_then([TxnOp::put(sh.layout.writer(sh.client_id), Vec::new(), None), TxnOp::delete(key, None)])
+}
+
+/// Reclaims the orphan `ino` in the background, if it may be (see `reclaim`).
+fn reclaim_later(sh: &Arc<Shared>, ino: Ino) {
+    let sh2 = sh.clone();
+    sh.handle.spawn(async move {
+        let _ = tokio::time::timeout(sh2.opts.timeout, reclaim_async(&sh2, ino)).await;
+    });
 }
 
 /// Reclaims the orphan `ino` if its grace period is over (its grace key

@@ -156,11 +156,14 @@ pub(super) fn ts(sec: i64, nsec: i64) -> Timespec {
 
 impl Inner {
     pub(super) fn ino_for(&self, nodes: &mut Nodes, key: (u64, u64)) -> Ino {
-        if key.0 == self.root_dev {
-            return key.1 & !(1 << 63);
-        }
         if let Some(&i) = nodes.by_key.get(&key) {
             return i;
+        }
+        // The host's own number, unless a node the VFS still holds has it
+        // (a deleted object whose number the host gave to this one).
+        let own = key.1 & !(1 << 63);
+        if key.0 == self.root_dev && nodes.by_ino.get(&own).is_none_or(|n| n.key == key) {
+            return own;
         }
         nodes.next_private += 1;
         nodes.next_private
