@@ -208,9 +208,13 @@ fn unmount(mountpoint: &Path) -> io::Result<()> {
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: a NUL-terminated path alive for the call.
     if unsafe { libc::umount(target.as_ptr()) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+        return Ok(());
+    }
+    match io::Error::last_os_error() {
+        // Not a mount point any more: someone unmounted it first (a
+        // signal racing `umount -l`); the session ends as on any umount.
+        e if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        e => Err(e),
     }
 }
 
