@@ -467,6 +467,14 @@ fn range_empty(prefix: Vec<u8>) -> Compare {
     Compare::create_revision(prefix, CompareOp::Equal, 0).with_range(end)
 }
 
+/// `d` if it is a live directory: ENOENT once removed, ENOTDIR otherwise.
+fn as_dir(d: Loaded) -> Result<Loaded> {
+    if d.rec.kind != FileType::Dir || d.rec.nlink == 0 {
+        return fail(if d.rec.nlink == 0 { ENOENT } else { ENOTDIR });
+    }
+    Ok(d)
+}
+
 fn get_kvs(r: &TxnOpResponse) -> &[KeyValue] {
     match r {
         TxnOpResponse::Get(g) => g.kvs(),
@@ -581,19 +589,11 @@ impl Etcd {
         let l = &self.sh.layout;
         let mut ops: Vec<TxnOp> = dirs.iter().map(|&d| TxnOp::get(l.record(d), range(l.record(d)))).collect();
         ops.extend(names.iter().map(|&(d, n)| TxnOp::get(l.entry(d, n), None)));
-        let txn = Txn::new().and_then(ops);
-        let r = self.call(move |mut c| {
-            let txn = txn.clone();
-            async move { c.txn(txn).await }
-        })?;
+        let r = self.read_txn(ops)?;
         let resp = r.op_responses();
         let mut loaded = Vec::with_capacity(dirs.len());
         for (&d, g) in dirs.iter().zip(&resp) {
-            let v = Loaded::from_kvs(l, d, get_kvs(g)).ok_or_else(|| err(ENOENT))?;
-            if v.rec.kind != FileType::Dir || v.rec.nlink == 0 {
-                return fail(if v.rec.nlink == 0 { ENOENT } else { ENOTDIR });
-            }
-            loaded.push(v);
+            loaded.push(as_dir(Loaded::from_kvs(l, d, get_kvs(g)).ok_or_else(|| err(ENOENT))?)?);
         }
         let entries = resp[dirs.len()..]
             .iter()
@@ -603,11 +603,16 @@ impl Etcd {
     }
 
     fn load_dir(&self, ino: Ino) -> Result<Loaded> {
-        let d = self.load(ino)?;
-        if d.rec.kind != FileType::Dir || d.rec.nlink == 0 {
-            return fail(if d.rec.nlink == 0 { ENOENT } else { ENOTDIR });
-        }
-        Ok(d)
+        as_dir(self.load(ino)?)
+    }
+
+    /// Runs a transaction of reads only (one round trip, one revision).
+    fn read_txn(&self, ops: Vec<TxnOp>) -> Result<etcd_client::TxnResponse> {
+        let txn = Txn::new().and_then(ops);
+        self.call(move |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
     }
 
     /// The entry `name` in `dir`: its inode, type and last change.
@@ -884,11 +889,7 @@ impl Etcd {
                 }
             }
         }
-        let txn = Txn::new().and_then(ops);
-        let r = self.call(move |mut c| {
-            let txn = txn.clone();
-            async move { c.txn(txn).await }
-        })?;
+        let r = self.read_txn(ops)?;
         let resp = r.op_responses();
         let v = Loaded::from_kvs(l, ino, get_kvs(&resp[0])).ok_or_else(|| err(ENOENT))?;
         Ok((v, resp[1..].iter().flat_map(|g| get_kvs(g).iter().cloned()).collect()))
