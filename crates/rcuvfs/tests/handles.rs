@@ -105,3 +105,57 @@ fn a_reused_inode_number_keeps_its_new_type() {
     drop((held, v));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// And again after the new object's own node is forgotten: its next lookup
+/// must not take the number of the deleted object the VFS still holds
+/// (xfstests generic/011 and generic/013 went on to fail this way: `rm -rf`
+/// saw a symlink, a device or a file as the directory that had had its
+/// number, and answered ENOTEMPTY or EISDIR).
+#[test]
+fn a_reused_inode_number_stays_apart_after_the_new_node_is_forgotten() {
+    let dir = std::env::temp_dir().join(format!("rcuvfs-handles-forgotten-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("other")).unwrap();
+    std::fs::create_dir(dir.join("old")).unwrap();
+    let opts = PassthroughOptions { descriptor_cache: Some(16), ..Default::default() };
+    let pt = Arc::new(Passthrough::new(&dir, opts).unwrap());
+    if !pt.descriptors().0 {
+        eprintln!("no file handles here: skipped");
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let v = Vfs::builder().filesystem(pt.clone()).build().unwrap();
+    let held = v.entry("/old").unwrap();
+    let held_ino = held.ino();
+    let old_ino = std::fs::metadata(dir.join("old")).unwrap().ino();
+    for i in 0..64 {
+        std::fs::write(dir.join(format!("other/{i}")), b"x").unwrap();
+        v.read(format!("/other/{i}")).unwrap();
+    }
+    std::fs::remove_dir(dir.join("old")).unwrap();
+    let mut reused = None;
+    for i in 0..64 {
+        let p = dir.join(format!("new{i}"));
+        std::os::unix::fs::symlink("target", &p).unwrap();
+        if std::fs::symlink_metadata(&p).unwrap().ino() == old_ino {
+            reused = Some(i);
+            break;
+        }
+    }
+    match reused {
+        Some(i) => {
+            let name = format!("/new{i}");
+            for round in 0..3 {
+                let m = v.symlink_metadata(&name).unwrap();
+                assert!(m.is_symlink(), "round {round}: a symlink served as the deleted directory ({:?})", m.file_type());
+                assert_ne!(m.ino(), held_ino, "round {round}: two objects under one inode number");
+                assert_eq!(v.read_link(&name).unwrap(), std::path::Path::new("target"));
+                // Forget the new object's node (the held directory stays).
+                v.drop_caches();
+            }
+            assert!(held.is_dir(), "the held directory changed type");
+        }
+        None => eprintln!("the host filesystem did not reuse the inode number: nothing to check"),
+    }
+    drop((held, v));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
