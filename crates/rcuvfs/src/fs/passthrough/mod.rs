@@ -10,10 +10,11 @@
 //! `linkat`, `unlinkat`, `renameat2`, `readlinkat`, `fchownat`, `getdents64`;
 //! `chmod`, `truncate`, `utimensat`, extended attributes and data I/O go
 //! through `/proc/self/fd/N`, as virtiofsd does, since an `O_PATH`
-//! descriptor cannot carry them). A symlink's extended attributes are not
-//! served (none listed, ENODATA, EPERM to set): the `/proc` path of its
-//! descriptor would follow it, and Linux allows no `user.` attribute on a
-//! symlink anyway (libfuse's passthrough_ll does the same). File data goes through `pread` and `pwrite` on a
+//! descriptor cannot carry them). That path is a magic link: followed, it
+//! lands on the object the descriptor holds and goes no further, so a
+//! symlink's own extended attributes are served too (`trusted.` and
+//! `security.`; the host refuses `user.` on a symlink, as Linux does
+//! everywhere). File data goes through `pread` and `pwrite` on a
 //! descriptor opened once per node, deliberately not through rcuvfs's page
 //! cache: the host kernel's page cache already holds the data, and a second
 //! copy in this process could not be kept coherent with other programs
@@ -531,9 +532,6 @@ impl FileSystem for Passthrough {
 
     fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
         let n = self.inner.node(ino)?;
-        if n.kind == FileType::Symlink {
-            return fail(libc::ENODATA); // see the module doc
-        }
         let fd = self.inner.fds.path_fd(&n)?;
         let (p, name) = (proc_path(fd.as_raw_fd()), cstr(name)?);
         // SAFETY: valid C strings; a null buffer of size 0 asks the size.
@@ -542,9 +540,6 @@ impl FileSystem for Passthrough {
 
     fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], how: super::XattrSet) -> Result<()> {
         let n = self.inner.node(ino)?;
-        if n.kind == FileType::Symlink {
-            return fail(libc::EPERM);
-        }
         let flags = match how {
             super::XattrSet::Either => 0,
             super::XattrSet::Create => libc::XATTR_CREATE,
@@ -559,9 +554,6 @@ impl FileSystem for Passthrough {
 
     fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
         let n = self.inner.node(ino)?;
-        if n.kind == FileType::Symlink {
-            return Ok(Vec::new());
-        }
         let fd = self.inner.fds.path_fd(&n)?;
         let p = proc_path(fd.as_raw_fd());
         // SAFETY: a valid C string; a null buffer of size 0 asks the size.
@@ -571,9 +563,6 @@ impl FileSystem for Passthrough {
 
     fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
         let n = self.inner.node(ino)?;
-        if n.kind == FileType::Symlink {
-            return fail(libc::EPERM);
-        }
         let fd = self.inner.fds.path_fd(&n)?;
         let (p, name) = (proc_path(fd.as_raw_fd()), cstr(name)?);
         // SAFETY: valid C strings.
