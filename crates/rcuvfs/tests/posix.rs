@@ -377,6 +377,41 @@ fn handles_work_like_at_syscalls() {
     assert_eq!(errno(&other.lookup_at(&dir, "data")), libc::EXDEV);
 }
 
+/// `entry_by_ino`: a handle found by number (FUSE's export support), on
+/// a name still in the tree; ESTALE for a number with none.
+#[test]
+fn a_handle_by_number_finds_a_linked_name() {
+    let v = vfs();
+    v.create_dir_all("/a/b").unwrap();
+    v.write("/a/b/f", b"by number").unwrap();
+    v.hard_link("/a/b/f", "/a/g").unwrap();
+    let ino = v.metadata("/a/b/f").unwrap().ino();
+    let dir_ino = v.metadata("/a/b").unwrap().ino();
+    let e = v.entry_by_ino(ino).unwrap();
+    assert_eq!(e.ino(), ino);
+    let read = |e: &rcuvfs::Entry| {
+        let mut s = String::new();
+        v.open_entry(e, OpenOptions::new().read(true)).unwrap().read_to_string(&mut s).unwrap();
+        s
+    };
+    assert_eq!(read(&e), "by number");
+    assert_eq!(v.entry_by_ino(dir_ino).unwrap().ino(), dir_ino);
+    assert_eq!(v.entry_by_ino(v.root_entry().ino()).unwrap().ino(), v.root_entry().ino());
+    // One name removed while held: found through the other.
+    let held = v.entry("/a/b/f").unwrap();
+    v.remove_file("/a/b/f").unwrap();
+    drop(e);
+    let e = v.entry_by_ino(ino).unwrap();
+    assert_eq!(read(&e), "by number");
+    // The last name removed: ESTALE, even while a handle holds the file.
+    v.remove_file("/a/g").unwrap();
+    drop(e);
+    assert_eq!(errno(&v.entry_by_ino(ino)), libc::ESTALE);
+    drop(held);
+    assert_eq!(errno(&v.entry_by_ino(ino)), libc::ESTALE);
+    assert_eq!(errno(&v.entry_by_ino(u64::MAX - 7)), libc::ESTALE);
+}
+
 #[test]
 fn removed_directory_takes_no_new_entries() {
     let v = vfs();

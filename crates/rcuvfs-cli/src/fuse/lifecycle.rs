@@ -92,6 +92,10 @@ pub fn run(args: MountArgs) -> io::Result<()> {
         writeback: args.writeback_cache,
         // Host files only; the kernel refuses it with the writeback cache.
         passthrough: args.backend.starts_with("passthrough:") && !args.no_kernel_passthrough && !args.writeback_cache,
+        // memfs never gives a number to a second object. The host does (a
+        // passthrough would need the host's generation numbers in FUSE's),
+        // and etcd's numbers are the cluster's.
+        export: args.backend == "memfs",
     };
     let server = Server::new(vfs, ttl, data, kernel.clone());
 

@@ -98,6 +98,11 @@ pub(super) struct DataCache {
     /// The kernel's FUSE passthrough for host files (asked for; turned off
     /// at init if the kernel does not offer it).
     pub(super) passthrough: bool,
+    /// `FUSE_EXPORT_SUPPORT`: the kernel may hand out file handles
+    /// (`name_to_handle_at`, NFS) naming a node by its number, and look it
+    /// up by number again (a lookup of "." in it) after forgetting it. Only
+    /// where a number is never given to another object: memfs.
+    pub(super) export: bool,
 }
 
 pub(super) struct Server {
@@ -246,6 +251,19 @@ impl Server {
         // reference to its dentry, and with it the filesystem's inode.
         drop(spare);
         Ok(attr)
+    }
+
+    /// The node `node` by number, for a lookup of "." in it: the kernel
+    /// asks so when it decodes a file handle of a node it has forgotten
+    /// (export support). Found in the node table, or else through a name
+    /// the library still caches for that number.
+    pub(super) fn lookup_self(&self, node: INodeNo) -> Result<FileAttr, Errno> {
+        let e = match self.entry(node) {
+            Ok(e) => e,
+            Err(_) if self.data.export => self.vfs.entry_by_ino(self.node_id(node.0)).map_err(errno)?,
+            Err(e) => return Err(e),
+        };
+        self.remember(e)
     }
 
     /// Looks `name` up in `parent` and counts the kernel's new reference.

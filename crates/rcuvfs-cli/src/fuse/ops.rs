@@ -88,6 +88,9 @@ impl fuser::Filesystem for Server {
                 self.data.passthrough = false;
             }
         }
+        if self.data.export {
+            let _ = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT);
+        }
         if self.data.writeback {
             config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
@@ -97,7 +100,11 @@ impl fuser::Filesystem for Server {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = self.entry(parent).and_then(|p| self.lookup_entry(&self.view(req), &p, name));
+        let r = if name.as_bytes() == b"." {
+            self.lookup_self(parent)
+        } else {
+            self.entry(parent).and_then(|p| self.lookup_entry(&self.view(req), &p, name))
+        };
         self.reply_entry(reply, r);
     }
 

@@ -228,12 +228,14 @@ impl Dcache {
         // Copied out first: the alias lock is a leaf, and a get may take
         // d_lock.
         let aliases = Self::aliases_of(inode);
-        aliases.into_iter().find_map(|d| {
-            // SAFETY: on the alias list inside our read section, so freed
-            // only after it ends; a dead one fails `get_not_dead`.
-            let d = unsafe { &*(d as *const Dentry) };
-            d.lockref().get_not_dead().then(|| DRef { d, dc: self })
-        })
+        // SAFETY: on the alias list inside our read section, so freed only
+        // after it ends; a dead one fails `get_not_dead`.
+        let alias = |d: &usize| unsafe { &*(*d as *const Dentry) };
+        // A name still in the tree first (an unlinked one of a file with
+        // other links is still on the list while held).
+        let hashed = aliases.iter().map(alias).filter(|d| d.is_hashed() || d.is_root());
+        let rest = aliases.iter().map(alias);
+        hashed.chain(rest).find_map(|d| d.lockref().get_not_dead().then(|| DRef { d, dc: self }))
     }
 
     /// The dentries on `inode`'s alias list, copied out under its lock

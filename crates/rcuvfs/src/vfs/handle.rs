@@ -145,6 +145,22 @@ impl Vfs {
         self.entry_from(Start::At(dir), bytes(path.as_ref()), follow)
     }
 
+    /// A handle on the object numbered `ino` in the root filesystem, found
+    /// by number rather than by path, as `open_by_handle_at` finds a file
+    /// (FUSE's export support: the kernel looks a node up by number once
+    /// it has forgotten it). It is found through a name the dcache holds
+    /// for it: ESTALE if there is none (the object is gone, or only
+    /// unlinked names of it are held, or its names were pruned from the
+    /// cache).
+    pub fn entry_by_ino(&self, ino: Ino) -> Result<Entry> {
+        let dc = self.dc();
+        let sb = dc.root_sb();
+        match dc.alias_ref(sb, ino) {
+            Some(d) if d.is_hashed() || d.is_root() => Ok(Entry::from_ref(&self.state, dc.root_mnt(), d)),
+            _ => fail(libc::ESTALE),
+        }
+    }
+
     /// Looks up one name in directory `dir` (FUSE's lookup): no symlink is
     /// followed; "." and ".." work.
     pub fn lookup_at(&self, dir: &Entry, name: impl AsRef<OsStr>) -> Result<Entry> {
