@@ -38,8 +38,22 @@
 //! a truncate removes data above it, and readers clamp to the size they load
 //! (Acquire): a read that starts after a write returned sees the write, and
 //! one that starts after a truncate returned sees nothing past the new end.
+//!
+//! # What is zeroed, and when
+//!
+//! Every byte a reader may read (below `size`) holds what was written there
+//! or zero. Past `size`, the last page may hold anything: a frame reused
+//! from a freed page is zeroed only where it must be (`populate`: up to
+//! where its write begins, or the old end), not whole, so a small file's
+//! first write costs no 4 KiB memset; whatever grows the file (a write
+//! past the end, `set_len`, `allocate`) zeroes that page's bytes from the
+//! old end to the new one first (`zero_gap`), and only then publishes the
+//! size. A page published before its write copies in is zero wherever a
+//! reader could look meanwhile: below the old size. Debug builds fill such
+//! frames with a poison pattern, so a byte left unzeroed shows in tests.
 
 #[cfg(not(loom))]
+use std::ptr;
 use std::sync::OnceLock;
 
 use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -100,9 +114,38 @@ pub(crate) struct Frame {
 }
 
 impl Frame {
-    #[cfg(any(loom, miri))]
+    #[cfg(all(miri, not(loom)))]
     fn zeroed() -> Frame {
         Frame { words: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
+
+    /// Under loom a new frame holds old bytes, as a reused one does, so
+    /// that the models check what its users must zero.
+    #[cfg(loom)]
+    fn stale() -> Frame {
+        Frame { words: std::array::from_fn(|_| AtomicU64::new(0xA5A5_A5A5_A5A5_A5A5)) }
+    }
+}
+
+/// Zeroes the first `len` bytes of a frame nobody else can reach.
+///
+/// # Safety
+/// The caller owns the frame, and no reader can reach it.
+unsafe fn zero_frame(f: std::ptr::NonNull<Frame>, len: usize) {
+    #[cfg(not(loom))]
+    // SAFETY: the caller owns the frame, PAGE bytes long.
+    unsafe {
+        ptr::write_bytes(f.as_ptr().cast::<u8>(), 0, len.min(PAGE))
+    };
+    #[cfg(loom)]
+    {
+        // loom's atomics are not plain memory: store each word (under loom
+        // PAGE is a few words, and callers zero whole words or the page).
+        // SAFETY: the caller owns the frame.
+        let words = unsafe { &f.as_ref().words };
+        for w in &words[..len.min(PAGE).div_ceil(8)] {
+            w.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -174,12 +217,30 @@ impl Page {
     }
 
     fn zero(&self, from: usize) {
-        let (head, _) = split_words(from, PAGE - from);
+        self.zero_range(from, PAGE);
+    }
+
+    /// Zeroes bytes `[from, to)` (the caller holds `writer`; readers may
+    /// read the page only where the bytes do not change, or in a write
+    /// section the caller opened).
+    fn zero_range(&self, from: usize, to: usize) {
+        if from >= to {
+            return;
+        }
+        let (head, whole) = split_words(from, to - from);
         self.partial_in(from, &[0; 8][..head]);
-        for w in &self.words()[(from + head) / 8..] {
+        let first = (from + head) / 8;
+        for w in &self.words()[first..first + whole] {
             w.store(0, Ordering::Relaxed);
         }
+        let tail = from + head + whole * 8;
+        self.partial_in(tail, &[0; 8][..to - tail]);
     }
+}
+
+/// Byte `pos` of the file as an offset in page `pi`, clamped to the page.
+fn clamp_in_page(pos: u64, pi: usize) -> usize {
+    pos.saturating_sub(pi as u64 * PAGE as u64).min(PAGE as u64) as usize
 }
 
 /// How `len` bytes at byte `from` of a page split into words: the bytes
@@ -518,7 +579,13 @@ impl PageCache {
         }
         let (first, last) = ((at / PAGE as u64) as usize, ((end - 1) / PAGE as u64) as usize);
         // SAFETY: `writer` is held.
-        let index = unsafe { self.populate(first, last)? };
+        unsafe { self.zero_gap(size, at.min(end)) };
+        // A new page's bytes at or past both the write's start and the old
+        // size are either written here or past the new end: only those
+        // before must be zeros when the page is published (see `populate`).
+        let written_from = at.max(size);
+        // SAFETY: `writer` is held.
+        let index = unsafe { self.populate(first, last, |pi| clamp_in_page(written_from, pi))? };
         let mut done = 0;
         for pi in first..=last {
             let p = index.slots[pi].load(Ordering::Relaxed);
@@ -541,20 +608,24 @@ impl PageCache {
         Ok(at)
     }
 
-    /// Puts a zeroed page in every empty slot of pages `first..=last`,
-    /// charged first (ENOSPC, or ENOMEM from the pool, changes nothing),
-    /// and returns the index that holds them.
+    /// Puts a page in every empty slot of pages `first..=last`, charged
+    /// first (ENOSPC, or ENOMEM from the pool, changes nothing), and returns
+    /// the index that holds them. A new page reads as zeros up to byte
+    /// `dirty_from(page)` when it is published; past that its bytes are
+    /// whatever its frame held (a reused frame is not zeroed whole), which
+    /// the caller covers before any reader may read there: with its write,
+    /// or by being past the end of the file (see the module doc).
     ///
     /// # Safety
     /// The caller holds `writer`.
-    unsafe fn populate(&self, first: usize, last: usize) -> Result<&Index> {
+    unsafe fn populate(&self, first: usize, last: usize, dirty_from: impl Fn(usize) -> usize) -> Result<&Index> {
         // SAFETY: only writers (the caller holds `writer`) replace the index.
         let mut index = unsafe { &*self.index.load(Ordering::Relaxed) };
         let missing =
             (first..=last).filter(|&i| index.slots.get(i).is_none_or(|s| s.load(Ordering::Relaxed).is_null())).count();
         self.charge(missing as i64)?;
         let mut frames = Vec::with_capacity(missing);
-        if let Err(e) = pool().alloc(missing, &mut frames) {
+        if let Err(e) = pool().alloc_raw(missing, &mut frames) {
             let _ = self.charge(-(missing as i64));
             return Err(e);
         }
@@ -562,15 +633,45 @@ impl PageCache {
         if last >= index.slots.len() {
             index = self.grow(last + 1);
         }
-        for slot in &index.slots[first..=last] {
+        for (pi, slot) in (first..=last).zip(&index.slots[first..=last]) {
             if slot.load(Ordering::Relaxed).is_null() {
-                let p = Box::into_raw(Page::new(frames.next().expect("a frame per missing page")));
-                // Release: the zeroed page is initialized for readers.
+                let (frame, dirty) = frames.next().expect("a frame per missing page");
+                if dirty {
+                    // SAFETY: a frame of ours, not yet reachable by any
+                    // reader.
+                    unsafe { zero_frame(frame, dirty_from(pi)) };
+                }
+                let p = Box::into_raw(Page::new(frame));
+                // Release: the page's bytes that readers may read are
+                // initialized before they can reach it.
                 slot.store(p, Ordering::Release);
                 self.w.pages.fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(index)
+    }
+
+    /// The file grows from `size` to `to`: the bytes of its last page from
+    /// `size` on may be anything (a frame not zeroed whole, or a write's
+    /// tail past the old end), and are zeroed up to `to` before the new
+    /// size lets readers in.
+    ///
+    /// # Safety
+    /// The caller holds `writer`.
+    unsafe fn zero_gap(&self, size: u64, to: u64) {
+        let from = (size % PAGE as u64) as usize;
+        if to <= size || from == 0 {
+            return;
+        }
+        let pi = (size / PAGE as u64) as usize;
+        // SAFETY: only writers replace the index; pages in it are live.
+        let index = unsafe { &*self.index.load(Ordering::Relaxed) };
+        if let Some(page) = index.slots.get(pi).and_then(|s| unsafe { s.load(Ordering::Relaxed).as_ref() }) {
+            let end = (to - pi as u64 * PAGE as u64).min(PAGE as u64) as usize;
+            page.seq.write_begin();
+            page.zero_range(from, end);
+            page.seq.write_end();
+        }
     }
 
     /// `fallocate` modes 0 and KEEP_SIZE: every page of `[offset, offset +
@@ -595,9 +696,14 @@ impl PageCache {
         if (last - first + 1) as u64 > phys / 2 {
             return fail(crate::error::ENOSPC);
         }
+        let size = self.size.load(Ordering::Relaxed);
+        if !keep_size {
+            // SAFETY: `writer` is held.
+            unsafe { self.zero_gap(size, end) };
+        }
         // SAFETY: `writer` is held.
-        unsafe { self.populate(first, last)? };
-        if !keep_size && end > self.size.load(Ordering::Relaxed) {
+        unsafe { self.populate(first, last, |_| PAGE)? };
+        if !keep_size && end > size {
             // Release: the zeroed pages are in place before readers see
             // them in range.
             self.size.store(end, Ordering::Release);
@@ -638,8 +744,11 @@ impl PageCache {
         let _m =
             (self.mode != CacheMode::Lockless).then(|| self.w.mode_lock.write().unwrap_or_else(|e| e.into_inner()));
         let size = self.size.load(Ordering::Relaxed);
+        // SAFETY: `writer` is held.
+        unsafe { self.zero_gap(size, len) };
         // Release: a reader that sees the new size sees nothing of what
-        // follows (it clamps); one that raced us read before it.
+        // follows (it clamps), and the zeros of a grown last page; one that
+        // raced us read before it.
         self.size.store(len, Ordering::Release);
         if len >= size {
             return Ok(());
@@ -757,6 +866,90 @@ mod tests {
                 }
                 prop_assert_eq!(pc.size(), model.len() as u64);
             }
+        }
+    }
+
+    /// Frames freed by one file and reused by the next are zeroed only
+    /// where they must be: every byte below the size reads as written or
+    /// zero, through each way a file grows (debug builds poison reused
+    /// frames, so a byte left over shows as 0xA5).
+    #[test]
+    fn reused_frames_read_as_zeros_wherever_nothing_was_written() {
+        for mode in CacheMode::ALL {
+            for round in 0..4 {
+                // Dirty frames in this thread's cache for the next file.
+                let old = PageCache::new(mode);
+                old.write(Some(0), &[0xFF; 8 * PAGE]).unwrap();
+                drop(old);
+                let pc = PageCache::new(mode);
+                let mut model = Vec::new();
+                let put = |pc: &PageCache, model: &mut Vec<u8>, at: usize, d: &[u8]| {
+                    pc.write(Some(at as u64), d).unwrap();
+                    if model.len() < at + d.len() {
+                        model.resize(at + d.len(), 0);
+                    }
+                    model[at..at + d.len()].copy_from_slice(d);
+                };
+                match round {
+                    // A small write in the middle of a new page.
+                    0 => put(&pc, &mut model, 100, b"tail"),
+                    // A write past the end, in the same page and the next.
+                    1 => {
+                        put(&pc, &mut model, 0, b"head");
+                        put(&pc, &mut model, 3000, b"gap in the first page");
+                        put(&pc, &mut model, 2 * PAGE + 10, b"and a hole between");
+                    }
+                    // set_len up, then a write that does not reach the end.
+                    2 => {
+                        put(&pc, &mut model, 0, b"short");
+                        pc.set_len(3 * PAGE as u64 + 5).unwrap();
+                        model.resize(3 * PAGE + 5, 0);
+                        put(&pc, &mut model, PAGE + 7, b"inside");
+                    }
+                    // allocate past the end, truncate down, then grow again.
+                    _ => {
+                        put(&pc, &mut model, 0, &[7; 5000]);
+                        pc.set_len(4100).unwrap();
+                        model.truncate(4100);
+                        pc.allocate(6000, 100, false).unwrap();
+                        model.resize(6100, 0);
+                        pc.set_len(2 * PAGE as u64).unwrap();
+                        model.resize(2 * PAGE, 0);
+                    }
+                }
+                let mut buf = vec![0x11; model.len() + 10];
+                let n = pc.read(0, &mut buf);
+                assert_eq!(n, model.len(), "{mode:?} round {round}");
+                assert!(buf[..n] == model[..], "{mode:?} round {round}: a byte nobody wrote is not zero");
+            }
+        }
+    }
+
+    /// A reader of a hole races a writer filling it with reused frames: it
+    /// sees zeros or the data, never a frame's old bytes.
+    #[test]
+    fn a_reader_of_a_hole_never_sees_a_reused_frames_old_bytes() {
+        let rounds = if cfg!(miri) { 2 } else { 200 };
+        for _ in 0..rounds {
+            let old = PageCache::new(CacheMode::Lockless);
+            old.write(Some(0), &[0xFF; 8 * PAGE]).unwrap();
+            drop(old);
+            let pc = Arc::new(PageCache::new(CacheMode::Lockless));
+            pc.write(Some(8 * PAGE as u64), b"end").unwrap();
+            let reader = {
+                let pc = pc.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 8 * PAGE];
+                    for _ in 0..50 {
+                        let n = pc.read(0, &mut buf);
+                        assert!(buf[..n].iter().all(|&b| b == 0 || b == 9), "old bytes read from a hole");
+                    }
+                })
+            };
+            for p in 0..8 {
+                pc.write(Some(p * PAGE as u64 + 2000), &[9; 100]).unwrap();
+            }
+            reader.join().unwrap();
         }
     }
 

@@ -38,3 +38,38 @@ fn loom_lockless_read_sees_one_whole_version() {
         assert_eq!(buf, [2; PAGE], "a write that returned is visible");
     });
 }
+
+/// A frame is zeroed only where readers may look (under loom every new
+/// frame holds old bytes, 0xA5): a page published into a hole reads as
+/// zeros until its write lands, and a file that grows zeroes its last
+/// page's tail before the new size lets a reader in.
+#[test]
+fn loom_stale_frame_bytes_are_never_read() {
+    model(|| {
+        let pc = Arc::new(PageCache::new(CacheMode::Lockless));
+        // Page 0 is a hole below the end; page 1 holds 4 written bytes
+        // and old ones past them.
+        pc.write(Some(PAGE as u64), &[1; 4]).unwrap();
+        let w = {
+            let pc = pc.clone();
+            thread::spawn(move || {
+                pc.write(Some(8), &[2; 4]).unwrap();
+                pc.set_len(PAGE as u64 + 12).unwrap();
+            })
+        };
+        let r = {
+            let pc = pc.clone();
+            thread::spawn(move || {
+                let mut buf = [9u8; 2 * PAGE];
+                let n = pc.read(0, &mut buf);
+                assert!(n == PAGE + 4 || n == PAGE + 12, "size {n}");
+                let hole_ok = buf[..PAGE].iter().enumerate().all(|(i, &b)| b == 0 || (b == 2 && (8..12).contains(&i)));
+                assert!(hole_ok, "old bytes read in the hole: {:?}", &buf[..PAGE]);
+                assert_eq!(&buf[PAGE..PAGE + 4], &[1; 4]);
+                assert!(buf[PAGE + 4..n].iter().all(|&b| b == 0), "old bytes past the old end: {:?}", &buf[PAGE..n]);
+            })
+        };
+        w.join().unwrap();
+        r.join().unwrap();
+    });
+}

@@ -162,6 +162,11 @@ pub const CACHE_MAX: usize = 64;
 #[cfg(not(any(loom, miri)))]
 pub const CACHE_BATCH: usize = 16;
 
+/// What a frame that may hold old data is filled with in debug builds
+/// (`alloc_raw`).
+#[cfg(debug_assertions)]
+const POISON: u8 = 0xA5;
+
 /// A cached frame, and whether it holds old data (must be zeroed).
 #[cfg(not(any(loom, miri)))]
 type Cached = (NonNull<Frame>, bool);
@@ -230,28 +235,62 @@ impl Pool {
     /// `n` zeroed frames, appended to `out`; ENOMEM (and nothing taken)
     /// if the system has no memory to map.
     pub fn alloc(&self, n: usize, out: &mut Vec<NonNull<Frame>>) -> crate::error::Result<()> {
+        let start = out.len();
+        let mut raw = Vec::with_capacity(n);
+        self.alloc_raw(n, &mut raw)?;
+        for (f, dirty) in raw {
+            if dirty {
+                // SAFETY: a frame we own now, reachable by no one else.
+                unsafe { super::zero_frame(f, PAGE) };
+            }
+            out.push(f);
+        }
+        debug_assert_eq!(out.len() - start, n);
+        Ok(())
+    }
+
+    /// `n` frames, each with whether it may hold old data (`true`: its
+    /// bytes are anything; `false`: zeros), appended to `out`, for a
+    /// caller that zeroes only what it must (a small file's first write
+    /// covers the bytes it wrote and needs nothing else zeroed: the rest
+    /// of its page is past the end of the file). ENOMEM as `alloc`.
+    ///
+    /// In debug builds a frame that may hold old data is filled with a
+    /// poison pattern, so a test reading a byte its caller forgot to zero
+    /// sees it.
+    pub fn alloc_raw(&self, n: usize, out: &mut Vec<(NonNull<Frame>, bool)>) -> crate::error::Result<()> {
+        let start = out.len();
         #[cfg(not(any(loom, miri)))]
         if n <= CACHE_BATCH {
-            return self.alloc_cached(n, out);
-        }
-        #[cfg(not(any(loom, miri)))]
-        {
-            self.alloc_table(n, out)
+            self.alloc_cached(n, out)?;
+        } else {
+            self.alloc_table(n, out)?;
         }
         #[cfg(any(loom, miri))]
         {
             for _ in 0..n {
-                out.push(NonNull::from(Box::leak(Box::new(Frame::zeroed()))));
+                #[cfg(loom)]
+                out.push((NonNull::from(Box::leak(Box::new(Frame::stale()))), true));
+                #[cfg(not(loom))]
+                out.push((NonNull::from(Box::leak(Box::new(Frame::zeroed()))), false));
             }
             self.used.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-            Ok(())
         }
+        #[cfg(all(debug_assertions, not(loom)))]
+        for (f, dirty) in &mut out[start..] {
+            if *dirty {
+                // SAFETY: a frame we own now, PAGE bytes long.
+                unsafe { std::ptr::write_bytes(f.as_ptr().cast::<u8>(), POISON, PAGE) };
+            }
+        }
+        let _ = start;
+        Ok(())
     }
 
     /// A small allocation, from this shard's cache (refilled from the
     /// table when short).
     #[cfg(not(any(loom, miri)))]
-    fn alloc_cached(&self, n: usize, out: &mut Vec<NonNull<Frame>>) -> crate::error::Result<()> {
+    fn alloc_cached(&self, n: usize, out: &mut Vec<(NonNull<Frame>, bool)>) -> crate::error::Result<()> {
         let cache = &self.caches[crate::sync::shard::cpu()].0;
         let mut c = cache.lock();
         if c.len() < n {
@@ -259,28 +298,19 @@ impl Pool {
             let mut fresh = Vec::with_capacity(CACHE_BATCH);
             self.alloc_table(CACHE_BATCH, &mut fresh)?;
             c = cache.lock();
-            // Zeroed by the table: clean.
-            c.extend(fresh.into_iter().map(|f| (f, false)));
+            c.extend(fresh);
         }
         let at = c.len() - n;
-        let taken: Vec<Cached> = c.drain(at..).collect();
-        drop(c);
-        for (f, dirty) in taken {
-            if dirty {
-                // SAFETY: a frame we own now, PAGE bytes long.
-                unsafe { std::ptr::write_bytes(f.as_ptr().cast::<u8>(), 0, PAGE) };
-            }
-            out.push(f);
-        }
+        out.extend(c.drain(at..));
         Ok(())
     }
 
-    /// `n` zeroed frames from the chunk table.
+    /// `n` frames from the chunk table, each with whether it holds old
+    /// data (`alloc_raw`).
     #[cfg(not(any(loom, miri)))]
-    fn alloc_table(&self, n: usize, out: &mut Vec<NonNull<Frame>>) -> crate::error::Result<()> {
+    fn alloc_table(&self, n: usize, out: &mut Vec<(NonNull<Frame>, bool)>) -> crate::error::Result<()> {
         {
             let start = out.len();
-            let mut zero = Vec::new();
             let mut g = self.inner.lock();
             while out.len() - start < n {
                 let Some(&base) = g.warm.first().or(g.partial.first()) else {
@@ -290,7 +320,7 @@ impl Pool {
                     let Some(base) = map_chunk() else {
                         // Counted as used as they were taken: freeing them
                         // balances.
-                        let taken: Vec<_> = out.drain(start..).collect();
+                        let taken: Vec<_> = out.drain(start..).map(|(f, _)| f).collect();
                         self.free(taken);
                         return crate::error::fail(libc::ENOMEM);
                     };
@@ -308,10 +338,9 @@ impl Pool {
                     let Some((i, dirty)) = c.take() else { break };
                     let f = NonNull::new((base + i * PAGE) as *mut Frame).expect("a mapped address");
                     if dirty {
-                        zero.push(f);
                         reused += 1;
                     }
-                    out.push(f);
+                    out.push((f, dirty));
                     taken += 1;
                 }
                 let full = !c.any_free();
@@ -326,11 +355,6 @@ impl Pool {
                 }
             }
             drop(g);
-            // Zeroed outside the lock: the frames are ours now.
-            for f in zero {
-                // SAFETY: a frame we own, PAGE bytes long.
-                unsafe { std::ptr::write_bytes(f.as_ptr().cast::<u8>(), 0, PAGE) };
-            }
             Ok(())
         }
     }
