@@ -996,6 +996,12 @@ impl InodeTable {
         true
     }
 
+    /// `i`, an inode of this table its caller reached under RCU, with one
+    /// more reference, unless it is dying.
+    pub(crate) fn hold(&self, i: &Inode, counters: &LiveCounters) -> Option<*const Inode> {
+        self.take_ref(i, counters).then_some(i as *const Inode)
+    }
+
     /// The in-core inode `ino` with one more reference, if it is in core.
     pub fn find_hold(&self, ino: Ino, counters: &LiveCounters, rcu: &Rcu) -> Option<*const Inode> {
         let g = rcu.read_lock();

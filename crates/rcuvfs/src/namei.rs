@@ -559,8 +559,16 @@ impl Dcache {
         name: &[u8],
         renaming: Option<&MutexGuard<'_, ()>>,
     ) -> Result<Spliced<'a>> {
-        let dir_ino: Ino = dir.inode().expect("positive directory").ino;
+        let dir_inode = dir.inode().expect("positive directory");
         let sb = dir.sb();
+        if let Some(m) = sb.fs.as_memfs() {
+            match m.lookup_bound(sb, dir_inode, name, &self.counters) {
+                Some(Some(ip)) => return self.d_splice_alias(dir, name, ip, renaming),
+                Some(None) => return Ok(Spliced::Done(self.d_add(dir, name, std::ptr::null()))),
+                None => {}
+            }
+        }
+        let dir_ino: Ino = dir_inode.ino;
         match sb.fs.lookup(dir_ino, name) {
             Ok(attr) => {
                 let ip = sb.iget(&attr, true, &self.counters)?;

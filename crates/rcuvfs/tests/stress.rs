@@ -180,3 +180,67 @@ fn visibility(mode: RefMode) {
     assert!(checked.load(Ordering::Relaxed) > 0, "no lookup was checked");
     assert_eq!(wrong.load(Ordering::Relaxed), 0, "{mode:?}");
 }
+
+/// Past the dcache target every lookup asks memfs again (a name pruned,
+/// then found again: memfs hands the VFS its inode, `lookup_bound`). With
+/// a target far below the tree, readers stat names that always exist
+/// while a churner unlinks and recreates others in the same directories
+/// and renames one back and forth: every stat must find its file, with
+/// its own size, and every pruned name come back as what it was.
+#[test]
+fn names_pruned_from_the_dcache_are_found_again_right() {
+    let v = Vfs::builder().dcache_target(64).build().unwrap();
+    let dirs = 8;
+    let per = if cfg!(miri) { 8 } else { 250 };
+    for d in 0..dirs {
+        v.create_dir(format!("/d{d}")).unwrap();
+        for f in 0..per {
+            v.write(format!("/d{d}/stable{f}"), vec![b's'; f % 17]).unwrap();
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let churner = {
+        let (v, stop) = (v.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let d = n % 8;
+                v.write(format!("/d{d}/churn"), b"c").unwrap();
+                v.rename(format!("/d{d}/churn"), format!("/d{d}/churned")).unwrap();
+                v.remove_file(format!("/d{d}/churned")).unwrap();
+                n += 1;
+            }
+        })
+    };
+    let wrong = Arc::new(AtomicU64::new(0));
+    let readers: Vec<_> = (0..2)
+        .map(|t| {
+            let (v, wrong) = (v.clone(), wrong.clone());
+            thread::spawn(move || {
+                for round in 0..scaled(4) {
+                    for d in 0..dirs {
+                        for f in (t..per).step_by(2) {
+                            match v.metadata(format!("/d{d}/stable{f}")) {
+                                Ok(m) if m.is_file() && m.len() == (f % 17) as u64 => {}
+                                _ => {
+                                    wrong.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                        if v.metadata(format!("/d{d}/never{round}")).is_ok() {
+                            wrong.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for r in readers {
+        r.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    churner.join().unwrap();
+    assert_eq!(wrong.load(Ordering::Relaxed), 0, "wrong answers for names the dcache pruned");
+    let cached = v.stats().dentries;
+    assert!(cached < (dirs * per) as i64 / 4, "{cached} dentries: the target did not prune");
+}

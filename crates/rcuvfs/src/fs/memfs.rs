@@ -338,6 +338,32 @@ impl MemFs {
         let _ = self.bound.compare_exchange(sb as *const Super as *mut Super, ptr::null_mut(), s, s);
     }
 
+    /// For the VFS of the superblock `sb`, if this memfs is bound to it
+    /// (its inodes are that VFS's): the inode `name` names in directory
+    /// `dir` (an inode of this memfs), with a VFS reference, found from
+    /// the directory's inode the VFS already holds, with no probe of the
+    /// inode table by number, no lookup counted and paid back, and no
+    /// attributes copied (a cold lookup's misses: at 10M files, past the
+    /// dcache target, every stat takes this path). `Some(None)`: no such
+    /// name. `None`: not bound to `sb`, or the inode is dying: the general
+    /// path decides.
+    pub(crate) fn lookup_bound(
+        &self,
+        sb: &Super,
+        dir: &Inode,
+        name: &[u8],
+        counters: &crate::counters::LiveCounters,
+    ) -> Option<Option<*const Inode>> {
+        if !ptr::eq(self.bound.load(Ordering::Relaxed), sb) {
+            return None;
+        }
+        let g = self.rcu().read_lock();
+        match Self::find(&g, dir, name, name_key(name)) {
+            None => Some(None),
+            Some(e) => self.table.hold(e.inode(), counters).map(Some),
+        }
+    }
+
     /// A new, empty page cache whose pages are charged to this memfs.
     pub(crate) fn new_page_cache(&self) -> Arc<PageCache> {
         Arc::new(PageCache::with_accounting(self.opts.cache, Some(self.acct.handle())))
