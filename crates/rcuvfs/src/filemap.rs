@@ -49,11 +49,16 @@
 //! past the end, `set_len`, `allocate`) zeroes that page's bytes from the
 //! old end to the new one first (`zero_gap`), and only then publishes the
 //! size. A page published before its write copies in is zero wherever a
-//! reader could look meanwhile: below the old size. Debug builds fill such
-//! frames with a poison pattern, so a byte left unzeroed shows in tests.
+//! reader could look meanwhile: below the old size. The one reader that can
+//! hold a larger size than the file's is a lockless one that loaded it
+//! before a truncate: a truncate counts itself (`shrinks`), and such a
+//! reader, seeing the count move over its copy, reads again under
+//! `writer`. Debug builds fill reused frames with a poison pattern, so a
+//! byte left unzeroed shows in tests.
 
 #[cfg(not(loom))]
 use std::ptr;
+#[cfg(not(loom))]
 use std::sync::OnceLock;
 
 use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -415,6 +420,10 @@ impl Drop for Accounting {
 pub struct PageCache {
     mode: CacheMode,
     size: AtomicU64,
+    /// Truncations so far: a lockless reader that saw one happen while it
+    /// copied reads again with writers excluded (see `read_lockless`).
+    /// Written only by a truncate, so it stays on the readers' line.
+    shrinks: AtomicU64,
     index: AtomicPtr<Index>,
     acct: Option<Accounting>,
     w: WriterSide,
@@ -445,6 +454,7 @@ impl PageCache {
             mode,
             acct,
             size: AtomicU64::new(0),
+            shrinks: AtomicU64::new(0),
             index: AtomicPtr::new(Index::initial()),
             w: WriterSide { writer: Mutex::new(()), mode_lock: std::sync::RwLock::new(()), pages: AtomicU64::new(0) },
         }
@@ -516,6 +526,8 @@ impl PageCache {
     }
 
     fn read_lockless(&self, offset: u64, buf: &mut [u8]) -> usize {
+        // Before the size: see the check at the end.
+        let shrinks = self.shrinks.load(Ordering::Acquire);
         let n = self.span(offset, buf.len());
         let guard = rcu().read_lock();
         let mut done = 0;
@@ -560,6 +572,17 @@ impl PageCache {
             done += len;
         }
         drop(guard);
+        // The size we clamped to may be from before a truncate: a write
+        // since may have put a page in our range whose bytes past its own
+        // end were never zeroed (a reused frame's, which may be another
+        // file's), and we may have copied them. Such a page was published
+        // after the truncate counted itself, and we loaded it (Acquire)
+        // before this load, so we see the count move: read again with
+        // writers excluded. (Review of the lazy zeroing found this.)
+        if self.shrinks.load(Ordering::Acquire) != shrinks {
+            let _w = self.w.writer.lock();
+            return self.read_excluded(offset, buf);
+        }
         n
     }
 
@@ -753,6 +776,10 @@ impl PageCache {
         if len >= size {
             return Ok(());
         }
+        // Before any page a later write publishes (they take `writer`
+        // after us): a lockless reader still clamping to the old size sees
+        // it move once it reaches such a page (`read_lockless`).
+        self.shrinks.fetch_add(1, Ordering::Release);
         // SAFETY: only writers replace the index.
         let index = unsafe { &*self.index.load(Ordering::Relaxed) };
         let keep = len.div_ceil(PAGE as u64) as usize;
@@ -951,6 +978,45 @@ mod tests {
             }
             reader.join().unwrap();
         }
+    }
+
+    /// A lockless reader that loaded the size before a truncate, racing
+    /// writes that put reused frames back in its range: it never returns
+    /// a byte this file did not hold (the review's reproducer: before the
+    /// truncate count, it read a reused frame's old bytes within 0.2 s).
+    #[test]
+    fn a_reader_racing_truncate_and_rewrite_never_sees_another_files_bytes() {
+        let old = PageCache::new(CacheMode::Lockless);
+        old.write(Some(0), &[0xFF; 8 * PAGE]).unwrap();
+        drop(old);
+        let pages = if cfg!(miri) { 4 } else { 64 };
+        let pc = Arc::new(PageCache::new(CacheMode::Lockless));
+        pc.write(Some(0), &vec![1; pages * PAGE]).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let w = {
+            let (pc, stop) = (pc.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    pc.set_len(0).unwrap();
+                    for k in (0..pages as u64).rev() {
+                        pc.write(Some(k * PAGE as u64), &[2; 4]).unwrap();
+                    }
+                    pc.write(Some(0), &vec![1; pages * PAGE]).unwrap();
+                }
+            })
+        };
+        let mut buf = vec![0u8; pages * PAGE];
+        let mut bad = None;
+        for _ in 0..if cfg!(miri) { 20 } else { 20_000 } {
+            let n = pc.read(0, &mut buf);
+            if let Some(&b) = buf[..n].iter().find(|&&b| b > 2) {
+                bad = Some(b);
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        w.join().unwrap();
+        assert_eq!(bad, None, "a reader saw a byte nobody wrote to this file");
     }
 
     #[test]
