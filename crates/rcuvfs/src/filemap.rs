@@ -564,6 +564,10 @@ impl PageCache {
                         // end of file to FUSE and to `read_exact`).
                         drop(guard);
                         let _w = self.w.writer.lock();
+                        // What we copied so far is checked as at the end.
+                        if self.shrinks.load(Ordering::Acquire) != shrinks {
+                            return self.read_excluded(offset, buf);
+                        }
                         let m = self.read_excluded(pos, &mut buf[done..n]);
                         return done + m;
                     }

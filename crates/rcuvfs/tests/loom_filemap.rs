@@ -102,3 +102,32 @@ fn loom_a_reader_with_a_size_from_before_a_truncate_reads_no_old_bytes() {
         r.join().unwrap();
     });
 }
+
+/// The same when the reader falls back to the writer's lock half-way (a
+/// writer stayed in a later page): what it copied before the fallback is
+/// checked too (a second review's model: it returned 16 bytes of 0xA5).
+#[test]
+fn loom_a_reader_falling_back_after_a_truncate_reads_no_old_bytes() {
+    model(|| {
+        let pc = Arc::new(PageCache::new(CacheMode::Lockless));
+        pc.write(Some(0), &[1; 2 * PAGE]).unwrap();
+        let w = {
+            let pc = pc.clone();
+            thread::spawn(move || {
+                pc.set_len(0).unwrap();
+                pc.write(Some(0), &[2; 4]).unwrap();
+                pc.write(Some(PAGE as u64), &[2; 4]).unwrap();
+            })
+        };
+        let r = {
+            let pc = pc.clone();
+            thread::spawn(move || {
+                let mut buf = [9u8; 2 * PAGE];
+                let n = pc.read(0, &mut buf);
+                assert!(buf[..n].iter().all(|&b| b <= 2), "old frame bytes read: n={n} {:?}", &buf[..n]);
+            })
+        };
+        w.join().unwrap();
+        r.join().unwrap();
+    });
+}
