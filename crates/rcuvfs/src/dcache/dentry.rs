@@ -9,11 +9,97 @@ use crate::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use crate::sync::index::{Index, Indexed};
 use crate::sync::Lockref;
 
-/// An immutable name, with its hash (which covers the parent too). A rename
-/// swaps in a new `Name` and retires the old one through RCU.
+/// An immutable name, with its hash (which covers the parent too), in one
+/// block: the hash, the length, then the bytes (16 bytes for a name of up
+/// to 7; Linux keeps short names inside the dentry, but here the dentry's
+/// lines are taken by what lookups read and what references write). A
+/// dentry holds it by a thin pointer to its head ([`NameHead`]); a rename
+/// swaps in a new one and retires the old one through RCU.
+#[repr(C)]
 pub(crate) struct Name {
     pub hash: u64,
-    pub bytes: Box<[u8]>,
+    len: u8,
+    pub bytes: [u8],
+}
+
+/// The head of a [`Name`], what a thin pointer to one points at.
+#[repr(C)]
+pub(crate) struct NameHead {
+    hash: u64,
+    len: u8,
+}
+
+impl Name {
+    fn layout(len: usize) -> std::alloc::Layout {
+        // The bytes follow the length (`repr(C)`: offset 9).
+        std::alloc::Layout::from_size_align(9 + len, 8).expect("a name's size").pad_to_align()
+    }
+
+    /// A new name, freed by [`free`](Self::free) or [`retire`](Self::retire).
+    /// Names are at most NAME_MAX (255) bytes (the VFS refuses longer).
+    pub fn alloc(hash: u64, bytes: &[u8]) -> *mut NameHead {
+        assert!(bytes.len() <= u8::MAX as usize, "a name longer than NAME_MAX");
+        let layout = Self::layout(bytes.len());
+        // SAFETY: a layout of at least 9 bytes.
+        let p = unsafe { std::alloc::alloc(layout) };
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: a fresh block of `layout`, 8-aligned: the head, then the
+        // bytes at offset 9.
+        unsafe {
+            p.cast::<NameHead>().write(NameHead { hash, len: bytes.len() as u8 });
+            ptr::copy_nonoverlapping(bytes.as_ptr(), p.add(9), bytes.len());
+        }
+        debug_assert_eq!(std::mem::size_of_val(unsafe { Self::from_thin(p.cast()) }), layout.size());
+        p.cast()
+    }
+
+    /// The name whose head `p` is.
+    ///
+    /// # Safety
+    /// `p` came from [`alloc`](Self::alloc) and stays live for `'a`.
+    #[inline]
+    pub unsafe fn from_thin<'a>(p: *const NameHead) -> &'a Name {
+        // SAFETY: the caller's contract; the length is the head's, and the
+        // fat pointer is made from the block's own pointer, so it covers
+        // the bytes.
+        unsafe {
+            let len = (*p).len as usize;
+            &*(ptr::slice_from_raw_parts(p.cast::<u8>(), len) as *const Name)
+        }
+    }
+
+    /// Frees a name now.
+    ///
+    /// # Safety
+    /// `p` came from [`alloc`](Self::alloc), is freed once, and no one can
+    /// read it any more.
+    pub unsafe fn free(p: *mut NameHead) {
+        // SAFETY: the caller's contract; the layout is the one it was
+        // allocated with.
+        unsafe {
+            let len = (*p).len as usize;
+            std::alloc::dealloc(p.cast(), Self::layout(len));
+        }
+    }
+
+    /// Frees a name after a grace period of `rcu`.
+    ///
+    /// # Safety
+    /// As [`free`](Self::free), except that readers that found it before
+    /// this call may still read it (they are waited out).
+    pub unsafe fn retire(rcu: &crate::sync::Rcu, p: *mut NameHead) {
+        unsafe fn free_name(p: *mut ()) {
+            // SAFETY: `retire`'s contract, once the grace period is over.
+            unsafe { Name::free(p.cast()) }
+        }
+        // SAFETY: the caller's contract.
+        unsafe {
+            let size = Self::layout((*p).len as usize).size();
+            rcu.retire_with(p.cast(), free_name, size);
+        }
+    }
 }
 
 // ---- flags (`Dentry::flags`) ----
@@ -63,7 +149,7 @@ pub(crate) struct Dentry {
     pub seq: crate::sync::SeqCount,
     pub flags: AtomicU32,
     pub parent: AtomicPtr<Dentry>,
-    pub name: AtomicPtr<Name>,
+    pub name: AtomicPtr<NameHead>,
     pub inode: AtomicPtr<Inode>,
     /// The children, by name (a directory's; empty for others).
     pub children: Index<Dentry>,
@@ -127,7 +213,7 @@ impl Dentry {
     pub(super) fn new(
         flags: u32,
         parent: *const Dentry,
-        name: Name,
+        name: *mut NameHead,
         inode: *const Inode,
         sb: *const Super,
         lockref: fn() -> Lockref,
@@ -136,7 +222,7 @@ impl Dentry {
             seq: crate::sync::SeqCount::new(),
             flags: AtomicU32::new(flags),
             parent: AtomicPtr::new(parent as *mut Dentry),
-            name: AtomicPtr::new(Box::into_raw(Box::new(name))),
+            name: AtomicPtr::new(name),
             inode: AtomicPtr::new(inode as *mut Inode),
             children: Index::new(),
             lockref_packed: lockref(),
@@ -204,7 +290,7 @@ impl Dentry {
     pub fn name(&self) -> &Name {
         // SAFETY: as the doc says: the name is freed only a grace period
         // after it was replaced, and it is replaced only under the locks.
-        unsafe { &*self.name.load(Ordering::Acquire) }
+        unsafe { Name::from_thin(self.name.load(Ordering::Acquire)) }
     }
 
     #[inline]

@@ -244,14 +244,7 @@ impl Dcache {
                 return Err(e);
             }
         };
-        let root = Dentry::new(
-            ROOT | self.layout,
-            ptr::null(),
-            Name { hash: 0, bytes: Box::new([]) },
-            inode,
-            sb,
-            self.lockref_ctor(),
-        );
+        let root = Dentry::new(ROOT | self.layout, ptr::null(), Name::alloc(0, &[]), inode, sb, self.lockref_ctor());
         // SAFETY: just allocated, not yet shared.
         unsafe { (*root).parent.store(root, Ordering::Relaxed) };
         sbr.root.store(root, std::sync::atomic::Ordering::Relaxed);
@@ -399,7 +392,7 @@ impl Dcache {
         // and only RCU readers can still see it.
         unsafe {
             self.iput(inode);
-            self.rcu.retire_box(r.name.load(Ordering::Relaxed));
+            Name::retire(&self.rcu, r.name.load(Ordering::Relaxed));
             self.rcu.retire_box(root as *mut Dentry);
         }
         sbr.itable.clear(sbr, &self.counters, &self.rcu);
@@ -431,7 +424,7 @@ impl Drop for Dcache {
                 let inode = d.inode.load(Ordering::Relaxed);
                 self.counters.add_dentry(-1, inode.is_null());
                 // SAFETY: the name is owned by the dentry.
-                drop(unsafe { Box::from_raw(d.name.load(Ordering::Relaxed)) });
+                unsafe { Name::free(d.name.load(Ordering::Relaxed)) };
             }
             sb.itable.clear(&sb, &self.counters, &self.rcu);
         }

@@ -136,7 +136,7 @@ impl Dcache {
         let d = Dentry::new(
             HASHED | self.layout,
             parent,
-            Name { hash, bytes: name.into() },
+            Name::alloc(hash, name),
             inode,
             parent.sb.load(Ordering::Relaxed),
             self.lockref_ctor(),
@@ -442,7 +442,7 @@ impl Dcache {
             // SAFETY: out of every index and list: only RCU readers that
             // found it earlier can see it, and they are waited out.
             unsafe {
-                self.rcu.retire_box(name);
+                Name::retire(&self.rcu, name);
                 self.rcu.retire_box(d as *mut Dentry);
             }
             // Drop the reference on the parent.
@@ -499,7 +499,7 @@ impl Dcache {
         };
         let old_name = d.name.load(Ordering::Relaxed);
         // SAFETY: we hold d's d_lock; the name is replaced only under it.
-        let old_hash = unsafe { (*old_name).hash };
+        let old_hash = unsafe { Name::from_thin(old_name).hash };
         let was_hashed = d.is_hashed();
         let over_hashed = over.is_some_and(|o| o.is_hashed());
         loop {
@@ -541,15 +541,15 @@ impl Dcache {
                 o.seq.write_begin();
             }
             // The new names, then the parents, then the slots.
-            let new = Box::into_raw(Box::new(Name { hash: new_hash, bytes: name.into() }));
+            let new = Name::alloc(new_hash, name);
             d.name.store(new, Ordering::Release);
             if cross {
                 d.parent.store(parent as *const Dentry as *mut Dentry, Ordering::Release);
             }
             if let Some(o) = over.filter(|_| exchange) {
                 // SAFETY: we hold d's d_lock: its old name is live.
-                let b = unsafe { &(*old_name).bytes };
-                o.name.store(Box::into_raw(Box::new(Name { hash: old_hash, bytes: b.clone() })), Ordering::Release);
+                let b = unsafe { &Name::from_thin(old_name).bytes };
+                o.name.store(Name::alloc(old_hash, b), Ordering::Release);
                 if cross {
                     o.parent.store(old_parent as *const Dentry as *mut Dentry, Ordering::Release);
                 }
@@ -597,9 +597,9 @@ impl Dcache {
             // SAFETY: no longer reachable from the dentries; readers that
             // loaded them are waited out.
             unsafe {
-                self.rcu.retire_box(old_name);
+                Name::retire(&self.rcu, old_name);
                 if let Some(n) = over_old_name {
-                    self.rcu.retire_box(n);
+                    Name::retire(&self.rcu, n);
                 }
             }
             break;

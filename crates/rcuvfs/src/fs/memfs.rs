@@ -113,8 +113,41 @@ impl Default for MemFsOptions {
 pub(crate) struct Dirent {
     hash: u64,
     inode: AtomicPtr<Inode>,
-    name: Box<[u8]>,
+    name: EntryName,
 }
+
+/// A directory entry's name: up to 7 bytes inside the entry (one block per
+/// entry, not two: 32 bytes in all), longer ones on the heap.
+enum EntryName {
+    Inline { len: u8, bytes: [u8; 7] },
+    Heap(Box<[u8]>),
+}
+
+impl EntryName {
+    fn new(name: &[u8]) -> EntryName {
+        if name.len() <= 7 {
+            let mut bytes = [0; 7];
+            bytes[..name.len()].copy_from_slice(name);
+            EntryName::Inline { len: name.len() as u8, bytes }
+        } else {
+            EntryName::Heap(name.into())
+        }
+    }
+}
+
+impl std::ops::Deref for EntryName {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            EntryName::Inline { len, bytes } => &bytes[..*len as usize],
+            EntryName::Heap(b) => b,
+        }
+    }
+}
+
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<Dirent>() == 32);
 
 impl Indexed for Dirent {
     fn index_hash(&self) -> u64 {
@@ -128,7 +161,7 @@ impl Dirent {
         Box::into_raw(Box::new(Dirent {
             hash,
             inode: AtomicPtr::new(inode as *const Inode as *mut Inode),
-            name: name.into(),
+            name: EntryName::new(name),
         }))
     }
 

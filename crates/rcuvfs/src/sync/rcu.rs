@@ -448,6 +448,32 @@ impl Rcu {
         }
     }
 
+    /// Calls `free(ptr)` after a grace period (for an object freed otherwise
+    /// than as a `Box`); `bytes`: its size, as `call_rcu_sized` counts it.
+    ///
+    /// # Safety
+    /// `free(ptr)` is sound once no reader can hold `ptr`; `ptr` is retired
+    /// once, and no longer reachable by readers that enter after this call.
+    pub unsafe fn retire_with(&self, ptr: *mut (), free: unsafe fn(*mut ()), bytes: usize) {
+        #[cfg(not(any(loom, feature = "tsan")))]
+        self.defer(Deferred { ptr, free }, bytes);
+        #[cfg(any(loom, feature = "tsan"))]
+        {
+            let _ = bytes;
+            struct SendPtr(*mut ());
+            // SAFETY: the pointer is used once, by the callback, after every
+            // reader is gone; the caller vouches that `free` may run on any
+            // thread.
+            unsafe impl Send for SendPtr {}
+            let p = SendPtr(ptr);
+            self.call_rcu(move || {
+                let p = p;
+                // SAFETY: the caller's contract.
+                unsafe { free(p.0) };
+            });
+        }
+    }
+
     /// Frees `ptr` (allocated by `Box`) after a grace period.
     ///
     /// # Safety
