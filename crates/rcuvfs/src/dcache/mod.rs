@@ -398,6 +398,9 @@ impl Dcache {
         sbr.itable.clear(sbr, &self.counters, &self.rcu);
         // SAFETY: off the list, with no dentry, inode or mount left.
         unsafe { self.rcu.retire_box(sb as *mut Super) };
+        // Out now, not when this shard's list fills: the superblock holds
+        // its filesystem, and with it a tree's memory (an unmounted memfs).
+        self.rcu.expedite();
     }
 }
 
@@ -428,6 +431,11 @@ impl Drop for Dcache {
             }
             sb.itable.clear(&sb, &self.counters, &self.rcu);
         }
+        // Superblocks that unmounts killed wait in the RCU lists, each
+        // holding the domain (and its filesystem, which may hold it too):
+        // free them now, or the domain outlives this cache with all it
+        // retired.
+        self.rcu.barrier();
     }
 }
 

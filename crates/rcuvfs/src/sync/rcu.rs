@@ -711,6 +711,55 @@ impl Rcu {
     }
 }
 
+impl Rcu {
+    /// Waits until every object any thread retired before the call is
+    /// freed (`rcu_barrier`), for a teardown: a retired object may hold
+    /// this domain itself (a superblock an unmount killed holds an
+    /// `Arc<Rcu>`, and so does the memfs it serves), and would otherwise
+    /// keep the domain, and all it retired, alive after its last user (a
+    /// `Vfs` dropped soon after an unmount leaked its mounted tree: Miri's
+    /// leak check on the mount tests). Not from inside a read section of
+    /// this `Rcu`. (The loom and tsan stand-ins free at drop only.)
+    pub fn barrier(&self) {
+        #[cfg(not(any(loom, feature = "tsan")))]
+        {
+            if self.dropping.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            // As `synchronize`, for every shard.
+            let marks: Vec<u64> = self
+                .shards
+                .iter()
+                .map(|s| {
+                    let sh = &s.0;
+                    let (items, mark) = sh.with(|pending, gens| {
+                        pending.push(Deferred { ptr: std::ptr::null_mut(), free: noop });
+                        let r = take_for_hand(pending, gens);
+                        gens.current += 1;
+                        r
+                    });
+                    self.hand(sh, items, false, mark);
+                    mark
+                })
+                .collect();
+            let mut backoff = 1u64;
+            loop {
+                let mut done = true;
+                for (s, &mark) in self.shards.iter().zip(&marks) {
+                    self.drain(&s.0);
+                    done &= s.0.with(|_, gens| gens.outstanding.range(..=mark).next().is_none());
+                }
+                if done {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(backoff));
+                backoff = (backoff * 2).min(1000);
+                self.pad_and_flush(&self.collector.enter());
+            }
+        }
+    }
+}
+
 #[cfg(not(any(loom, feature = "tsan")))]
 impl Drop for Rcu {
     fn drop(&mut self) {
