@@ -132,6 +132,9 @@ struct Shard {
     pending: core::cell::UnsafeCell<Vec<Deferred>>,
     gens: core::cell::UnsafeCell<Gens>,
     returned: std::sync::atomic::AtomicPtr<Batch>,
+    /// Direct batches (`expedite`, `grace_period`) handed over and not yet
+    /// freed: `barrier` waits for them too.
+    direct: std::sync::atomic::AtomicUsize,
 }
 
 /// A shard's generations: `synchronize` starts a new one, and waits for the
@@ -163,6 +166,7 @@ impl Shard {
             pending: Default::default(),
             gens: Default::default(),
             returned: Default::default(),
+            direct: Default::default(),
         }
     }
 
@@ -200,7 +204,10 @@ unsafe fn batch_done(b: *mut Batch, _: &Collector) {
     unsafe {
         if (*b).direct {
             let b = Box::from_raw(b);
+            let home = &*b.home;
             Batch::free_items(b.items);
+            // Release: `barrier`'s Acquire load sees the frees done.
+            home.direct.fetch_sub(1, std::sync::atomic::Ordering::Release);
             return;
         }
         // The shard lives as long as the `Rcu`, whose collector (and so
@@ -562,6 +569,9 @@ impl Rcu {
         self.cover(g.thread_id());
         while !items.is_empty() {
             let rest = items.split_off(items.len().min(ENTRY));
+            if direct {
+                sh.direct.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             let b = Box::into_raw(Box::new(Batch { items, next: std::ptr::null_mut(), home: sh, direct, gen }));
             // SAFETY: a fresh allocation no other thread can reach, and
             // `batch_done` is its matching reclaimer.
@@ -666,7 +676,10 @@ impl Rcu {
 
     /// Waits until every read section that was in progress when it was
     /// called has ended, and the objects this thread's shard retired before
-    /// it are freed (`synchronize_rcu` plus `rcu_barrier` for this shard).
+    /// it and still listed are freed (`synchronize_rcu` plus `rcu_barrier`
+    /// for this shard; those `expedite` already pushed out go at the end of
+    /// their own grace period, by whichever thread ends it, and are not
+    /// waited for here: `barrier` waits for them).
     pub fn synchronize(&self) {
         // The loom stand-in frees at drop only, but waits out real grace
         // periods here (a protocol may rely on the wait itself: the
@@ -713,7 +726,10 @@ impl Rcu {
 
 impl Rcu {
     /// Waits until every object any thread retired before the call is
-    /// freed (`rcu_barrier`), for a teardown: a retired object may hold
+    /// freed (`rcu_barrier`), those `expedite` pushed out included (it
+    /// waits for every direct batch outstanding, so a thread expediting
+    /// without end would keep it waiting: it is for a teardown), for a
+    /// teardown: a retired object may hold
     /// this domain itself (a superblock an unmount killed holds an
     /// `Arc<Rcu>`, and so does the memfs it serves), and would otherwise
     /// keep the domain, and all it retired, alive after its last user (a
@@ -748,6 +764,9 @@ impl Rcu {
                 for (s, &mark) in self.shards.iter().zip(&marks) {
                     self.drain(&s.0);
                     done &= s.0.with(|_, gens| gens.outstanding.range(..=mark).next().is_none());
+                    // Direct batches too (an unmount's `expedite`), every
+                    // one outstanding: at a teardown no one hands more.
+                    done &= s.0.direct.load(std::sync::atomic::Ordering::Acquire) == 0;
                 }
                 if done {
                     break;
@@ -865,5 +884,41 @@ mod tests {
         });
         drop(rcu);
         assert_eq!(n.load(Ordering::SeqCst), 11);
+    }
+
+    /// `barrier` waits for an object `expedite` pushed out too, whatever
+    /// thread ends its grace period (a review's test: it returned before
+    /// the object was freed while a reader held the grace period).
+    #[test]
+    fn barrier_waits_for_expedited_objects() {
+        let rcu = Arc::new(Rcu::new());
+        let freed = Arc::new(AtomicBool::new(false));
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+        let reader = {
+            let rcu = rcu.clone();
+            std::thread::spawn(move || {
+                let g = rcu.read_lock();
+                entered_tx.send(()).unwrap();
+                leave_rx.recv().unwrap();
+                drop(g);
+            })
+        };
+        entered_rx.recv().unwrap();
+        let f = freed.clone();
+        rcu.call_rcu(move || {
+            std::thread::sleep(std::time::Duration::from_millis(if cfg!(miri) { 1 } else { 300 }));
+            f.store(true, Ordering::SeqCst);
+        });
+        rcu.expedite();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            leave_tx.send(()).unwrap();
+        });
+        rcu.barrier();
+        let after = freed.load(Ordering::SeqCst);
+        t.join().unwrap();
+        reader.join().unwrap();
+        assert!(after, "barrier returned before an expedited object was freed");
     }
 }
