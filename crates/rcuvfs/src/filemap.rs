@@ -606,7 +606,7 @@ impl PageCache {
         }
         let (first, last) = ((at / PAGE as u64) as usize, ((end - 1) / PAGE as u64) as usize);
         // SAFETY: `writer` is held.
-        unsafe { self.zero_gap(size, at.min(end)) };
+        unsafe { self.zero_gap(size, at) };
         // A new page's bytes at or past both the write's start and the old
         // size are either written here or past the new end: only those
         // before must be zeros when the page is published (see `populate`).

@@ -30,9 +30,13 @@ pub(crate) struct NameHead {
 }
 
 impl Name {
+    /// Where the bytes start: right after the length (`repr(C)`).
+    const BYTES_AT: usize = std::mem::offset_of!(NameHead, len) + 1;
+
     fn layout(len: usize) -> std::alloc::Layout {
-        // The bytes follow the length (`repr(C)`: offset 9).
-        std::alloc::Layout::from_size_align(9 + len, 8).expect("a name's size").pad_to_align()
+        std::alloc::Layout::from_size_align(Self::BYTES_AT + len, std::mem::align_of::<NameHead>())
+            .expect("a name's size")
+            .pad_to_align()
     }
 
     /// A new name, freed by [`free`](Self::free) or [`retire`](Self::retire).
@@ -40,17 +44,20 @@ impl Name {
     pub fn alloc(hash: u64, bytes: &[u8]) -> *mut NameHead {
         assert!(bytes.len() <= u8::MAX as usize, "a name longer than NAME_MAX");
         let layout = Self::layout(bytes.len());
-        // SAFETY: a layout of at least 9 bytes.
+        // SAFETY: a layout of at least one byte (the head's).
         let p = unsafe { std::alloc::alloc(layout) };
         if p.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        // SAFETY: a fresh block of `layout`, 8-aligned: the head, then the
-        // bytes at offset 9.
+        // SAFETY: a fresh block of `layout`, aligned for the head, and at
+        // least the head's size (16: `pad_to_align` of 9 or more bytes):
+        // the head, then the bytes from `BYTES_AT` (the head is written
+        // first, so its padding cannot overwrite them).
         unsafe {
             p.cast::<NameHead>().write(NameHead { hash, len: bytes.len() as u8 });
-            ptr::copy_nonoverlapping(bytes.as_ptr(), p.add(9), bytes.len());
+            ptr::copy_nonoverlapping(bytes.as_ptr(), p.add(Self::BYTES_AT), bytes.len());
         }
+        // SAFETY: just made, by `alloc`.
         debug_assert_eq!(std::mem::size_of_val(unsafe { Self::from_thin(p.cast()) }), layout.size());
         p.cast()
     }

@@ -261,6 +261,7 @@ impl Pool {
     /// poison pattern, so a test reading a byte its caller forgot to zero
     /// sees it.
     pub fn alloc_raw(&self, n: usize, out: &mut Vec<(NonNull<Frame>, bool)>) -> crate::error::Result<()> {
+        #[cfg(all(debug_assertions, not(loom)))]
         let start = out.len();
         #[cfg(not(any(loom, miri)))]
         if n <= CACHE_BATCH {
@@ -285,7 +286,6 @@ impl Pool {
                 unsafe { std::ptr::write_bytes(f.as_ptr().cast::<u8>(), POISON, PAGE) };
             }
         }
-        let _ = start;
         Ok(())
     }
 

@@ -387,6 +387,10 @@ impl MemFs {
         name: &[u8],
         counters: &crate::counters::LiveCounters,
     ) -> Option<Option<*const Inode>> {
+        // Relaxed: only compared. `sb` reaches us through the VFS that
+        // `bind` published this binding to (it stored `bound` before the
+        // superblock was made reachable), and an unbind comes only with
+        // that superblock's teardown, after its last lookup.
         if !ptr::eq(self.bound.load(Ordering::Relaxed), sb) {
             return None;
         }

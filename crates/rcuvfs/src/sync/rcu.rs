@@ -663,14 +663,8 @@ impl Rcu {
             // A direct batch of its own: freed (the flag set) when its
             // grace period ends, whatever else waits.
             self.hand(self.shard(), vec![Deferred { ptr: cb as *mut (), free: run_callback }], true, 0);
-            let mut backoff = 1u64;
             // Acquire: pairs with the callback's Release.
-            while !done.load(Ordering::Acquire) {
-                std::thread::sleep(std::time::Duration::from_micros(backoff));
-                backoff = (backoff * 2).min(1000);
-                // Again: a thread that entered since may need its entry.
-                self.pad_and_flush(&self.collector.enter());
-            }
+            self.wait_until(|| done.load(Ordering::Acquire));
         }
     }
 
@@ -700,81 +694,74 @@ impl Rcu {
                 return;
             }
             let sh = self.shard();
-            // Everything listed now goes in this generation (with a sentinel,
-            // so that a grace period is waited for even with nothing listed);
-            // later retirements go in the next.
-            let (items, mark) = sh.with(|pending, gens| {
-                pending.push(Deferred { ptr: std::ptr::null_mut(), free: noop });
-                let r = take_for_hand(pending, gens);
-                gens.current += 1;
-                r
-            });
-            self.hand(sh, items, false, mark);
-            let mut backoff = 1u64;
-            loop {
+            let mark = self.close_generation(sh);
+            self.wait_until(|| {
                 self.drain(sh);
-                if sh.with(|_, gens| gens.outstanding.range(..=mark).next().is_none()) {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_micros(backoff));
-                backoff = (backoff * 2).min(1000);
-                self.pad_and_flush(&self.collector.enter());
-            }
+                Self::generation_freed(sh, mark)
+            });
         }
     }
-}
 
-impl Rcu {
+    /// Hands everything `sh` lists now over in its current generation
+    /// (with a sentinel, so that a grace period is waited for even with
+    /// nothing listed), which it returns; later retirements go in the next.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    fn close_generation(&self, sh: &Shard) -> u64 {
+        let (items, mark) = sh.with(|pending, gens| {
+            pending.push(Deferred { ptr: std::ptr::null_mut(), free: noop });
+            let r = take_for_hand(pending, gens);
+            gens.current += 1;
+            r
+        });
+        self.hand(sh, items, false, mark);
+        mark
+    }
+
+    /// Whether every batch `sh` handed over in generation `mark` or before
+    /// is freed.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    fn generation_freed(sh: &Shard, mark: u64) -> bool {
+        sh.with(|_, gens| gens.outstanding.range(..=mark).next().is_none())
+    }
+
+    /// Polls `done` with a growing sleep (1 us to 1 ms), flushing this
+    /// thread's reclamation between polls: a thread that entered since may
+    /// need its entry.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    fn wait_until(&self, mut done: impl FnMut() -> bool) {
+        let mut backoff = 1u64;
+        while !done() {
+            std::thread::sleep(std::time::Duration::from_micros(backoff));
+            backoff = (backoff * 2).min(1000);
+            self.pad_and_flush(&self.collector.enter());
+        }
+    }
     /// Waits until every object any thread retired before the call is
-    /// freed (`rcu_barrier`), those `expedite` pushed out included (it
-    /// waits for every direct batch outstanding, so a thread expediting
-    /// without end would keep it waiting: it is for a teardown), for a
-    /// teardown: a retired object may hold
-    /// this domain itself (a superblock an unmount killed holds an
-    /// `Arc<Rcu>`, and so does the memfs it serves), and would otherwise
-    /// keep the domain, and all it retired, alive after its last user (a
-    /// `Vfs` dropped soon after an unmount leaked its mounted tree: Miri's
-    /// leak check on the mount tests). Not from inside a read section of
-    /// this `Rcu`. (The loom and tsan stand-ins free at drop only.)
+    /// freed (`rcu_barrier`), those `expedite` pushed out included. For a
+    /// teardown: a retired object may hold this domain itself (a
+    /// superblock an unmount killed holds an `Arc<Rcu>`, and so does the
+    /// memfs it serves), and would otherwise keep the domain, and all it
+    /// retired, alive after its last user (a `Vfs` dropped soon after an
+    /// unmount leaked its mounted tree: Miri's leak check on the mount
+    /// tests). It waits for every direct batch outstanding, so a thread
+    /// expediting without end would keep it waiting. Not from inside a read
+    /// section of this `Rcu`. (The loom and tsan stand-ins free at drop
+    /// only.)
     pub fn barrier(&self) {
         #[cfg(not(any(loom, feature = "tsan")))]
         {
             if self.dropping.load(std::sync::atomic::Ordering::Relaxed) {
                 return;
             }
-            // As `synchronize`, for every shard.
-            let marks: Vec<u64> = self
-                .shards
-                .iter()
-                .map(|s| {
-                    let sh = &s.0;
-                    let (items, mark) = sh.with(|pending, gens| {
-                        pending.push(Deferred { ptr: std::ptr::null_mut(), free: noop });
-                        let r = take_for_hand(pending, gens);
-                        gens.current += 1;
-                        r
-                    });
-                    self.hand(sh, items, false, mark);
-                    mark
+            let marks: Vec<u64> = self.shards.iter().map(|s| self.close_generation(&s.0)).collect();
+            self.wait_until(|| {
+                self.shards.iter().for_each(|s| self.drain(&s.0));
+                self.shards.iter().zip(&marks).all(|(s, &mark)| {
+                    // Acquire: pairs with `batch_done`'s Release count-down,
+                    // so the direct batches' frees are done.
+                    Self::generation_freed(&s.0, mark) && s.0.direct.load(std::sync::atomic::Ordering::Acquire) == 0
                 })
-                .collect();
-            let mut backoff = 1u64;
-            loop {
-                let mut done = true;
-                for (s, &mark) in self.shards.iter().zip(&marks) {
-                    self.drain(&s.0);
-                    done &= s.0.with(|_, gens| gens.outstanding.range(..=mark).next().is_none());
-                    // Direct batches too (an unmount's `expedite`), every
-                    // one outstanding: at a teardown no one hands more.
-                    done &= s.0.direct.load(std::sync::atomic::Ordering::Acquire) == 0;
-                }
-                if done {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_micros(backoff));
-                backoff = (backoff * 2).min(1000);
-                self.pad_and_flush(&self.collector.enter());
-            }
+            });
         }
     }
 }
@@ -835,24 +822,32 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
 
+    /// A thread inside a read section of `rcu`, once it has entered; it
+    /// runs `inside` and leaves when the sender is used or dropped.
+    fn reader_inside(
+        rcu: &Arc<Rcu>,
+        inside: impl FnOnce() + Send + 'static,
+    ) -> (std::thread::JoinHandle<()>, std::sync::mpsc::Sender<()>) {
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+        let rcu = rcu.clone();
+        let reader = std::thread::spawn(move || {
+            let _g = rcu.read_lock();
+            entered_tx.send(()).unwrap();
+            let _ = leave_rx.recv();
+            inside();
+        });
+        entered_rx.recv().unwrap();
+        (reader, leave_tx)
+    }
+
     #[test]
     fn call_rcu_waits_for_a_reader_in_progress() {
         let rcu = Arc::new(Rcu::new());
         let freed = Arc::new(AtomicBool::new(false));
-        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
-        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
-        let reader = {
-            let rcu = rcu.clone();
-            let freed = freed.clone();
-            std::thread::spawn(move || {
-                let _g = rcu.read_lock();
-                entered_tx.send(()).unwrap();
-                leave_rx.recv().unwrap();
-                // Still inside the read section: nothing retired since may be gone.
-                assert!(!freed.load(Ordering::SeqCst));
-            })
-        };
-        entered_rx.recv().unwrap();
+        let seen = freed.clone();
+        // Still inside the read section: nothing retired since may be gone.
+        let (reader, leave_tx) = reader_inside(&rcu, move || assert!(!seen.load(Ordering::SeqCst)));
         let f = freed.clone();
         rcu.call_rcu(move || f.store(true, Ordering::SeqCst));
         // Push the batch out while the reader is still inside.
@@ -893,18 +888,7 @@ mod tests {
     fn barrier_waits_for_expedited_objects() {
         let rcu = Arc::new(Rcu::new());
         let freed = Arc::new(AtomicBool::new(false));
-        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
-        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
-        let reader = {
-            let rcu = rcu.clone();
-            std::thread::spawn(move || {
-                let g = rcu.read_lock();
-                entered_tx.send(()).unwrap();
-                leave_rx.recv().unwrap();
-                drop(g);
-            })
-        };
-        entered_rx.recv().unwrap();
+        let (reader, leave_tx) = reader_inside(&rcu, || {});
         let f = freed.clone();
         rcu.call_rcu(move || {
             std::thread::sleep(std::time::Duration::from_millis(if cfg!(miri) { 1 } else { 300 }));
