@@ -48,3 +48,29 @@ fn loom_batch_applies_every_queued_request_once() {
         assert_eq!(listed(&list), vec![a as *const Link as usize]);
     });
 }
+
+/// Two adds at once, neither thread ever the combiner for the other by
+/// design: the one that queues behind a busy lock must be applied and
+/// woken, however the holder's release interleaves with its parking. A
+/// combiner that released the lock with a request queued after its last
+/// look, and woke nobody, left that request's owner asleep for good (loom
+/// reports the deadlock; the parking lot under loom really sleeps).
+#[test]
+fn loom_batch_a_waiter_parked_behind_the_holder_is_woken() {
+    model(|| {
+        let list = Arc::new(InodeList::new(ListMode::Batch));
+        let a: &'static Link = Box::leak(Box::new(Link::new()));
+        let b: &'static Link = Box::leak(Box::new(Link::new()));
+        let t = {
+            let list = list.clone();
+            // SAFETY: fresh node, leaked.
+            thread::spawn(move || unsafe { list.add(a) })
+        };
+        // SAFETY: fresh node, leaked.
+        unsafe { list.add(b) };
+        t.join().unwrap();
+        let mut want = vec![a as *const Link as usize, b as *const Link as usize];
+        want.sort_unstable();
+        assert_eq!(listed(&list), want);
+    });
+}

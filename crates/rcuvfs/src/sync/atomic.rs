@@ -2,10 +2,10 @@
 //! and parking.
 //!
 //! Under `--cfg loom` the types come from loom, spinning yields to loom's
-//! scheduler, and parking becomes "yield and re-check" (loom has no
-//! address-keyed parking lot; a parked thread in our protocols always
-//! re-validates its condition, so yield-and-retry explores the same
-//! interleavings). Otherwise they are `core`'s atomics and
+//! scheduler, and parking uses a small address-keyed parking lot of loom
+//! threads (`loom_lot`): a parked thread sleeps until an unpark on its
+//! address, as in the real one, so a lost wake-up fails the model (loom
+//! reports every thread asleep as a deadlock). Otherwise they are `core`'s atomics and
 //! `parking_lot_core`'s parking lot.
 
 #[cfg(loom)]
@@ -81,6 +81,35 @@ pub fn spin_hint() {
     core::hint::spin_loop();
 }
 
+/// The parking lot under loom: an address-keyed queue of parked threads
+/// that really sleep (`loom::thread::park`) until an unpark on their
+/// address, so that a lost wake-up leaves a thread asleep for good and
+/// loom reports the deadlock. (An earlier stand-in only yielded and let the
+/// caller re-check, which no lost wake-up could fail: list batching had one
+/// for months.)
+#[cfg(loom)]
+mod loom_lot {
+    use super::{AtomicBool, Ordering};
+    use loom::sync::{Arc, Mutex};
+
+    pub struct Waiter {
+        pub addr: usize,
+        pub thread: loom::thread::Thread,
+        pub woken: Arc<AtomicBool>,
+    }
+
+    impl Waiter {
+        pub fn wake(self) {
+            self.woken.store(true, Ordering::Release);
+            self.thread.unpark();
+        }
+    }
+
+    loom::lazy_static! {
+        pub static ref LOT: Mutex<Vec<Waiter>> = Mutex::new(Vec::new());
+    }
+}
+
 /// Parks the calling thread on `addr` while `validate()` holds.
 ///
 /// `validate` runs under the parking lot's bucket lock, so a waker that
@@ -91,9 +120,19 @@ pub fn spin_hint() {
 pub fn park(addr: usize, validate: impl FnOnce() -> bool) {
     #[cfg(loom)]
     {
-        let _ = addr;
-        if validate() {
-            loom::thread::yield_now();
+        let woken = {
+            let mut lot = loom_lot::LOT.lock().unwrap();
+            if !validate() {
+                return;
+            }
+            let woken = loom::sync::Arc::new(AtomicBool::new(false));
+            lot.push(loom_lot::Waiter { addr, thread: loom::thread::current(), woken: woken.clone() });
+            woken
+        };
+        // loom reports a deadlock if every thread ends up here: a lost
+        // wake-up is a failed model, not a hang.
+        while !woken.load(Ordering::Acquire) {
+            loom::thread::park();
         }
     }
     #[cfg(not(loom))]
@@ -111,14 +150,17 @@ pub fn park(addr: usize, validate: impl FnOnce() -> bool) {
 /// bucket lock, so a waiter validating its condition (see [`park`]) sees
 /// the lock word either before or after `on_wake` changed it, never in
 /// between: a lock clears its `PARKED` bit there when nobody is left
-/// (parking_lot's `unlock_slow`). Under loom, where a parked thread only
-/// yields and re-checks, nobody stays parked.
+/// (parking_lot's `unlock_slow`).
 #[inline]
 pub fn unpark_one(addr: usize, on_wake: impl FnOnce(bool)) {
     #[cfg(loom)]
     {
-        let _ = addr;
-        on_wake(false);
+        let mut lot = loom_lot::LOT.lock().unwrap();
+        let woken = lot.iter().position(|w| w.addr == addr).map(|i| lot.remove(i));
+        on_wake(lot.iter().any(|w| w.addr == addr));
+        if let Some(w) = woken {
+            w.wake();
+        }
     }
     #[cfg(not(loom))]
     // SAFETY: `addr` is only a key; the callback does not panic and does
@@ -161,7 +203,17 @@ pub fn sc_fence() {
 #[inline]
 pub fn unpark_all(addr: usize) {
     #[cfg(loom)]
-    let _ = addr;
+    {
+        let mut lot = loom_lot::LOT.lock().unwrap();
+        let mut i = 0;
+        while i < lot.len() {
+            if lot[i].addr == addr {
+                lot.swap_remove(i).wake();
+            } else {
+                i += 1;
+            }
+        }
+    }
     #[cfg(not(loom))]
     // SAFETY: `addr` is only a key into the parking lot.
     unsafe {
@@ -174,9 +226,12 @@ pub fn unpark_all(addr: usize) {
 /// core that holder needs.
 #[cfg(not(loom))]
 pub const SPIN_LIMIT: u32 = 64;
-/// Under loom every spin is a scheduling point: keep the state space small.
+/// Under loom a waiter parks at once: the parking lot there really sleeps,
+/// and a spin (a yield, after which loom runs the other threads first)
+/// would hide the window between the holder's last look and its release
+/// in which a lost wake-up happens.
 #[cfg(loom)]
-pub const SPIN_LIMIT: u32 = 1;
+pub const SPIN_LIMIT: u32 = 0;
 
 /// Runs a loom model with the settings every model here uses: a preemption
 /// bound of 2 (unless `LOOM_MAX_PREEMPTIONS` says otherwise), because
