@@ -74,3 +74,51 @@ fn loom_batch_a_waiter_parked_behind_the_holder_is_woken() {
         assert_eq!(listed(&list), want);
     });
 }
+
+/// `n` threads add a node each while, with `with_len`, another counts the
+/// list. With one request per batch under loom, this reaches a request
+/// pushed back for the next combiner, a waiter that becomes the combiner,
+/// and the hand-off at the release of each (`len`'s too). Each add returns
+/// only once applied, and the list ends with every node once. Without the
+/// hand-off in the waiter-turned-combiner's release, three adds deadlock;
+/// without it in `len`'s, two adds and a `len` do (a reviewer checked both).
+fn adds_racing(n: usize, with_len: bool) {
+    model(move || {
+        let list = Arc::new(InodeList::new(ListMode::Batch));
+        let nodes: Vec<&'static Link> = (0..n).map(|_| &*Box::leak(Box::new(Link::new()))).collect();
+        let mut threads = Vec::new();
+        for &a in &nodes[1..] {
+            let list = list.clone();
+            threads.push(thread::spawn(move || {
+                // SAFETY: fresh node, leaked.
+                unsafe { list.add(a) };
+                assert!(a.is_listed(), "add returned before it was applied");
+            }));
+        }
+        if with_len {
+            let list = list.clone();
+            threads.push(thread::spawn(move || {
+                let _ = list.len();
+            }));
+        }
+        // SAFETY: fresh node, leaked.
+        unsafe { list.add(nodes[0]) };
+        assert!(nodes[0].is_listed(), "add returned before it was applied");
+        for t in threads {
+            t.join().unwrap();
+        }
+        let mut want: Vec<usize> = nodes.iter().map(|a| *a as *const Link as usize).collect();
+        want.sort_unstable();
+        assert_eq!(listed(&list), want);
+    });
+}
+
+#[test]
+fn loom_batch_three_adds_each_applied_once_and_woken() {
+    adds_racing(3, false);
+}
+
+#[test]
+fn loom_batch_two_adds_and_a_count_each_woken() {
+    adds_racing(2, true);
+}

@@ -86,7 +86,11 @@ pub fn spin_hint() {
 /// address, so that a lost wake-up leaves a thread asleep for good and
 /// loom reports the deadlock. (An earlier stand-in only yielded and let the
 /// caller re-check, which no lost wake-up could fail: list batching had one
-/// for months.)
+/// for months.) One queue and one loom mutex per key, as weak as the real
+/// lot, which orders two keys' parks and unparks only when they share a
+/// bucket: with one mutex for every key, a reviewer's model of a protocol
+/// that relied on an unpark of another key passed here and loses its
+/// wake-up under `parking_lot_core`.
 #[cfg(loom)]
 mod loom_lot {
     use super::{AtomicBool, Ordering};
@@ -105,8 +109,24 @@ mod loom_lot {
         }
     }
 
+    pub type Bucket = Arc<Mutex<Vec<Waiter>>>;
+
     loom::lazy_static! {
-        pub static ref LOT: Mutex<Vec<Waiter>> = Mutex::new(Vec::new());
+        // One bucket per key (the weakest parking_lot_core gives: two keys
+        // order their operations only when they collide in a bucket). The map
+        // itself is not modeled: loom runs one thread at a time.
+        static ref BUCKETS: std::sync::Mutex<std::collections::HashMap<usize, Bucket>> = std::sync::Mutex::new(std::collections::HashMap::new());
+    }
+
+    /// Touches the map at the start of an execution, so that its lazy
+    /// initialization (an AcqRel edge in loom) is not made by a model thread.
+    pub fn init() {
+        BUCKETS.lock().unwrap().clear();
+    }
+
+    pub fn bucket(addr: usize) -> Bucket {
+        let mut m = BUCKETS.lock().unwrap();
+        m.entry(addr).or_insert_with(|| Arc::new(Mutex::new(Vec::new()))).clone()
     }
 }
 
@@ -121,7 +141,8 @@ pub fn park(addr: usize, validate: impl FnOnce() -> bool) {
     #[cfg(loom)]
     {
         let woken = {
-            let mut lot = loom_lot::LOT.lock().unwrap();
+            let b = loom_lot::bucket(addr);
+            let mut lot = b.lock().unwrap();
             if !validate() {
                 return;
             }
@@ -155,7 +176,8 @@ pub fn park(addr: usize, validate: impl FnOnce() -> bool) {
 pub fn unpark_one(addr: usize, on_wake: impl FnOnce(bool)) {
     #[cfg(loom)]
     {
-        let mut lot = loom_lot::LOT.lock().unwrap();
+        let b = loom_lot::bucket(addr);
+        let mut lot = b.lock().unwrap();
         let woken = lot.iter().position(|w| w.addr == addr).map(|i| lot.remove(i));
         on_wake(lot.iter().any(|w| w.addr == addr));
         if let Some(w) = woken {
@@ -204,7 +226,8 @@ pub fn sc_fence() {
 pub fn unpark_all(addr: usize) {
     #[cfg(loom)]
     {
-        let mut lot = loom_lot::LOT.lock().unwrap();
+        let b = loom_lot::bucket(addr);
+        let mut lot = b.lock().unwrap();
         let mut i = 0;
         while i < lot.len() {
             if lot[i].addr == addr {
@@ -244,7 +267,10 @@ pub fn loom_model(f: impl Fn() + Sync + Send + 'static) {
     if b.preemption_bound.is_none() {
         b.preemption_bound = Some(2);
     }
-    b.check(f);
+    b.check(move || {
+        loom_lot::init();
+        f()
+    });
 }
 
 /// Asks the CPU to start loading the cache line at `p` (a hint: it never

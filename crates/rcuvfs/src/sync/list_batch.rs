@@ -47,7 +47,13 @@ use super::atomic::{
 use super::mutex::RawMutex;
 
 /// Requests one combiner applies in one hold of the lock.
+#[cfg(not(loom))]
 pub const BATCH_MAX: usize = 64;
+/// Under loom one, so that a model of three threads reaches the paths a
+/// full batch takes: the rest pushed back, a waiter become combiner, and
+/// each one's hand-off at release.
+#[cfg(loom)]
+pub const BATCH_MAX: usize = 1;
 
 pub use crate::modes::ListMode;
 
@@ -483,10 +489,13 @@ mod tests {
     /// lock was then released: 1000 threads of `bench inode-exit` in batch
     /// mode hung for good on 2 cores. Counts the threads that never return.
     #[test]
+    // A stress test with threads that may never return (what it counts):
+    // its leaked nodes and unjoined threads would fail Miri's leak check,
+    // and Miri's threads are too slow to queue hundreds anyway.
+    #[cfg_attr(miri, ignore)]
     fn every_waiter_returns_when_hundreds_queue() {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let threads = if cfg!(miri) { 8 } else { 400 };
-        let per = if cfg!(miri) { 4 } else { 200 };
+        let (threads, per) = (400, 200);
         let list: &'static InodeList = Box::leak(Box::new(InodeList::new(ListMode::Batch)));
         let finished: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
         let start: &'static std::sync::Barrier = Box::leak(Box::new(std::sync::Barrier::new(threads)));
