@@ -57,22 +57,7 @@ fn loom_batch_applies_every_queued_request_once() {
 /// reports the deadlock; the parking lot under loom really sleeps).
 #[test]
 fn loom_batch_a_waiter_parked_behind_the_holder_is_woken() {
-    model(|| {
-        let list = Arc::new(InodeList::new(ListMode::Batch));
-        let a: &'static Link = Box::leak(Box::new(Link::new()));
-        let b: &'static Link = Box::leak(Box::new(Link::new()));
-        let t = {
-            let list = list.clone();
-            // SAFETY: fresh node, leaked.
-            thread::spawn(move || unsafe { list.add(a) })
-        };
-        // SAFETY: fresh node, leaked.
-        unsafe { list.add(b) };
-        t.join().unwrap();
-        let mut want = vec![a as *const Link as usize, b as *const Link as usize];
-        want.sort_unstable();
-        assert_eq!(listed(&list), want);
-    });
+    adds_racing(2, false);
 }
 
 /// `n` threads add a node each while, with `with_len`, another counts the

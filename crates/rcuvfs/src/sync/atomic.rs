@@ -5,8 +5,8 @@
 //! scheduler, and parking uses a small address-keyed parking lot of loom
 //! threads (`loom_lot`): a parked thread sleeps until an unpark on its
 //! address, as in the real one, so a lost wake-up fails the model (loom
-//! reports every thread asleep as a deadlock). Otherwise they are `core`'s atomics and
-//! `parking_lot_core`'s parking lot.
+//! reports every thread asleep as a deadlock). Otherwise they are `core`'s
+//! atomics and `parking_lot_core`'s parking lot.
 
 #[cfg(loom)]
 pub use loom::sync::atomic::{
@@ -96,8 +96,8 @@ mod loom_lot {
     use super::{AtomicBool, Ordering};
     use loom::sync::{Arc, Mutex};
 
+    /// A parked thread, in its key's bucket (in parking order).
     pub struct Waiter {
-        pub addr: usize,
         pub thread: loom::thread::Thread,
         pub woken: Arc<AtomicBool>,
     }
@@ -147,7 +147,7 @@ pub fn park(addr: usize, validate: impl FnOnce() -> bool) {
                 return;
             }
             let woken = loom::sync::Arc::new(AtomicBool::new(false));
-            lot.push(loom_lot::Waiter { addr, thread: loom::thread::current(), woken: woken.clone() });
+            lot.push(loom_lot::Waiter { thread: loom::thread::current(), woken: woken.clone() });
             woken
         };
         // loom reports a deadlock if every thread ends up here: a lost
@@ -178,8 +178,9 @@ pub fn unpark_one(addr: usize, on_wake: impl FnOnce(bool)) {
     {
         let b = loom_lot::bucket(addr);
         let mut lot = b.lock().unwrap();
-        let woken = lot.iter().position(|w| w.addr == addr).map(|i| lot.remove(i));
-        on_wake(lot.iter().any(|w| w.addr == addr));
+        // The longest parked first, as parking_lot_core.
+        let woken = (!lot.is_empty()).then(|| lot.remove(0));
+        on_wake(!lot.is_empty());
         if let Some(w) = woken {
             w.wake();
         }
@@ -227,14 +228,8 @@ pub fn unpark_all(addr: usize) {
     #[cfg(loom)]
     {
         let b = loom_lot::bucket(addr);
-        let mut lot = b.lock().unwrap();
-        let mut i = 0;
-        while i < lot.len() {
-            if lot[i].addr == addr {
-                lot.swap_remove(i).wake();
-            } else {
-                i += 1;
-            }
+        for w in b.lock().unwrap().drain(..) {
+            w.wake();
         }
     }
     #[cfg(not(loom))]
