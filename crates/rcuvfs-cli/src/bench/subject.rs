@@ -49,6 +49,10 @@ pub trait Subject: Send + Sync + Sized + 'static {
 
     /// Whether the subject can do `op` (a flat map cannot create).
     fn can(&self, op: Op) -> bool;
+    /// Lets what the calls so far deferred happen (a memory figure taken
+    /// after it counts what they keep, not what they retired). Nothing by
+    /// default.
+    fn settle(&self) {}
     /// `p` (absolute, as in the Vfs: "/d0/f1") in the subject's form.
     fn path(&self, p: &str) -> Self::Path {
         let mut out = Self::Path::default();
@@ -130,6 +134,16 @@ pub struct VfsSubject {
 impl Subject for VfsSubject {
     type Path = String;
     type File = File;
+
+    /// A grace period (the retired objects are freed), then mimalloc's
+    /// collection, which hands the free pages back to the system at once
+    /// rather than after its purge delay.
+    fn settle(&self) {
+        self.vfs.synchronize();
+        // SAFETY: mimalloc is the global allocator (`main.rs`); a collection
+        // may run at any time.
+        unsafe { libmimalloc_sys::mi_collect(true) };
+    }
 
     fn can(&self, _: Op) -> bool {
         true

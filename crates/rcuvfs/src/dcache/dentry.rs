@@ -11,10 +11,13 @@ use crate::sync::Lockref;
 
 /// An immutable name, with its hash (which covers the parent too), in one
 /// block: the hash, the length, then the bytes (16 bytes for a name of up
-/// to 7; Linux keeps short names inside the dentry, but here the dentry's
-/// lines are taken by what lookups read and what references write). A
-/// dentry holds it by a thin pointer to its head ([`NameHead`]); a rename
-/// swaps in a new one and retires the old one through RCU.
+/// to 7). A dentry holds it by a thin pointer to its head ([`NameHead`]).
+/// A name of up to [`INLINE_NAME`] bytes given at the dentry's creation is
+/// kept inside the dentry's first line (Linux's `d_iname`), where the
+/// lookup that compares it already reads; longer ones, and every name a
+/// rename gives, are blocks of their own. A rename swaps in a new block
+/// and retires the old name through RCU (an inline one is left in place,
+/// unchanged, and goes with the dentry).
 #[repr(C)]
 pub(crate) struct Name {
     pub hash: u64,
@@ -49,17 +52,27 @@ impl Name {
         if p.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        // SAFETY: a fresh block of `layout`, aligned for the head, and at
-        // least the head's size (16: `pad_to_align` of 9 or more bytes):
-        // the head, then the bytes from `BYTES_AT` (the head is written
-        // first, so its padding cannot overwrite them).
+        // SAFETY: a fresh block of `layout`.
+        unsafe { Self::write_at(p, hash, bytes) }
+        // SAFETY: just made, by `alloc`.
+        debug_assert_eq!(std::mem::size_of_val(unsafe { Self::from_thin(p.cast()) }), layout.size());
+        p.cast()
+    }
+
+    /// Writes a name at `p`.
+    ///
+    /// # Safety
+    /// `p` is writable for `layout(bytes.len())` and aligned for the head,
+    /// and no one reads it meanwhile.
+    unsafe fn write_at(p: *mut u8, hash: u64, bytes: &[u8]) {
+        // SAFETY: the caller's contract; the block is at least the head's
+        // size (16: `pad_to_align` of 9 or more bytes): the head, then the
+        // bytes from `BYTES_AT` (the head is written first, so its padding
+        // cannot overwrite them).
         unsafe {
             p.cast::<NameHead>().write(NameHead { hash, len: bytes.len() as u8 });
             ptr::copy_nonoverlapping(bytes.as_ptr(), p.add(Self::BYTES_AT), bytes.len());
         }
-        // SAFETY: just made, by `alloc`.
-        debug_assert_eq!(std::mem::size_of_val(unsafe { Self::from_thin(p.cast()) }), layout.size());
-        p.cast()
     }
 
     /// The name whose head `p` is.
@@ -162,13 +175,14 @@ pub(crate) struct Dentry {
     pub children: Index<Dentry>,
     /// The count in the `packed` layout.
     pub(super) lockref_packed: Lockref,
-    /// The superblock (fixed at allocation; it outlives its dentries).
-    pub(super) sb: AtomicPtr<Super>,
-    /// Padding to the line. Atomic, like every other field, so that a
-    /// pointer derived from a shared reference may free the dentry: under
-    /// Stacked Borrows a shared reference grants write access only to
-    /// interior-mutable bytes (Miri caught plain padding here).
-    pub(super) _pad: [std::sync::atomic::AtomicU64; 1],
+    /// The name given at creation if it is short (a [`Name`] of up to
+    /// [`INLINE_NAME`] bytes, which `name` then points at), else unused.
+    /// Written once, before the dentry is shared. In a cell, like every
+    /// other field interior-mutable, so that a pointer derived from a
+    /// shared reference may free the dentry: under Stacked Borrows a shared
+    /// reference grants write access only to interior-mutable bytes (Miri
+    /// caught plain padding here).
+    iname: std::cell::UnsafeCell<[u64; 2]>,
     // ---- cache line 1: written by reference changes and updates ----
     /// The count in the `split` layout.
     pub(super) lockref_split: Lockref,
@@ -176,9 +190,13 @@ pub(crate) struct Dentry {
     /// The next dentry naming the same inode (its alias list, headed in the
     /// inode and under the inode's alias lock).
     pub(super) alias_next: UnsafeCell<*const Dentry>,
+    /// The superblock (fixed at allocation; it outlives its dentries). Read
+    /// where a walk starts or crosses a mount, at a root, whose count is
+    /// rarely the one that changes.
+    pub(super) sb: AtomicPtr<Super>,
     /// Explicit (atomic) tail, so the struct has no implicit padding: see
-    /// `_pad` (Miri caught the tail padding too).
-    pub(super) _tail: [std::sync::atomic::AtomicU64; 4],
+    /// `iname` (Miri caught the tail padding too).
+    pub(super) _tail: [std::sync::atomic::AtomicU64; 3],
     /// Set by the loom RCU stand-in once the grace period that began at
     /// this dentry's kill has ended, when the real build may free it: every
     /// touch checks it (`check_live`).
@@ -205,7 +223,12 @@ const _: () = assert!(
     std::mem::offset_of!(Dentry, lockref_split) == 64
         && std::mem::offset_of!(Dentry, lockref_packed) < 64
         && std::mem::size_of::<Dentry>() == 128
+        && std::mem::offset_of!(Dentry, iname) + 16 <= 64
 );
+
+/// The longest name kept inside its dentry (16 bytes of line 0: the hash,
+/// the length and 7 bytes).
+pub(crate) const INLINE_NAME: usize = 7;
 
 impl Indexed for Dentry {
     /// The hash of the name it was inserted under: stable while it is in an
@@ -217,33 +240,78 @@ impl Indexed for Dentry {
 }
 
 impl Dentry {
+    /// A new dentry named `name` (whose hash is `hash`), not yet shared.
     pub(super) fn new(
         flags: u32,
         parent: *const Dentry,
-        name: *mut NameHead,
+        hash: u64,
+        name: &[u8],
         inode: *const Inode,
         sb: *const Super,
         lockref: fn() -> Lockref,
     ) -> *mut Dentry {
-        Box::into_raw(Box::new(Dentry {
+        let d = Box::into_raw(Box::new(Dentry {
             seq: crate::sync::SeqCount::new(),
             flags: AtomicU32::new(flags),
             parent: AtomicPtr::new(parent as *mut Dentry),
-            name: AtomicPtr::new(name),
+            name: AtomicPtr::new(ptr::null_mut()),
             inode: AtomicPtr::new(inode as *mut Inode),
             children: Index::new(),
             lockref_packed: lockref(),
-            sb: AtomicPtr::new(sb as *mut Super),
-            _pad: [std::sync::atomic::AtomicU64::new(0)],
+            iname: std::cell::UnsafeCell::new([0; 2]),
             lockref_split: lockref(),
             lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
             alias_next: UnsafeCell::new(ptr::null()),
+            sb: AtomicPtr::new(sb as *mut Super),
             _tail: std::array::from_fn(|_| std::sync::atomic::AtomicU64::new(0)),
             #[cfg(loom)]
             freed: loom::sync::atomic::AtomicBool::new(false),
             #[cfg(loom)]
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        }))
+        }));
+        let n = if name.len() <= INLINE_NAME {
+            // SAFETY: not shared yet; the cell holds 16 bytes, 8-aligned,
+            // which is `Name::layout` of up to 7 bytes.
+            unsafe {
+                let p = std::cell::UnsafeCell::raw_get(ptr::addr_of!((*d).iname)).cast::<u8>();
+                Name::write_at(p, hash, name);
+                p.cast::<NameHead>()
+            }
+        } else {
+            Name::alloc(hash, name)
+        };
+        // Relaxed: published with the dentry (by the index's Release).
+        // SAFETY: not shared yet.
+        unsafe { (*d).name.store(n, Ordering::Relaxed) };
+        d
+    }
+
+    /// Frees `n`, a name this dentry held, at once, unless it is the
+    /// dentry's own inline name (which goes with the dentry).
+    ///
+    /// # Safety
+    /// As [`Name::free`].
+    pub(super) unsafe fn free_name(&self, n: *mut NameHead) {
+        if !self.is_inline(n) {
+            // SAFETY: the caller's contract; a block of its own.
+            unsafe { Name::free(n) }
+        }
+    }
+
+    /// Frees `n`, a name this dentry held, after a grace period of `rcu`,
+    /// unless it is the dentry's own inline name.
+    ///
+    /// # Safety
+    /// As [`Name::retire`].
+    pub(super) unsafe fn retire_name(&self, rcu: &crate::sync::Rcu, n: *mut NameHead) {
+        if !self.is_inline(n) {
+            // SAFETY: the caller's contract; a block of its own.
+            unsafe { Name::retire(rcu, n) }
+        }
+    }
+
+    fn is_inline(&self, n: *mut NameHead) -> bool {
+        ptr::eq(n.cast::<u8>(), self.iname.get().cast::<u8>())
     }
 
     /// The key that orders two dentries' locks (unrelated `d_lock`s, two

@@ -120,7 +120,7 @@ mod tree;
 use std::ptr;
 use std::sync::Arc;
 
-pub(crate) use dentry::{mark_referenced, name_hash, DRef, Dentry, Name, MOUNTED, ROOT};
+pub(crate) use dentry::{mark_referenced, name_hash, DRef, Dentry, MOUNTED, ROOT};
 
 use crate::fs::FileSystem;
 use crate::inode::{Inode, Super};
@@ -244,7 +244,7 @@ impl Dcache {
                 return Err(e);
             }
         };
-        let root = Dentry::new(ROOT | self.layout, ptr::null(), Name::alloc(0, &[]), inode, sb, self.lockref_ctor());
+        let root = Dentry::new(ROOT | self.layout, ptr::null(), 0, &[], inode, sb, self.lockref_ctor());
         // SAFETY: just allocated, not yet shared.
         unsafe { (*root).parent.store(root, Ordering::Relaxed) };
         sbr.root.store(root, std::sync::atomic::Ordering::Relaxed);
@@ -392,7 +392,7 @@ impl Dcache {
         // and only RCU readers can still see it.
         unsafe {
             self.iput(inode);
-            Name::retire(&self.rcu, r.name.load(Ordering::Relaxed));
+            r.retire_name(&self.rcu, r.name.load(Ordering::Relaxed));
             self.rcu.retire_box(root as *mut Dentry);
         }
         sbr.itable.clear(sbr, &self.counters, &self.rcu);
@@ -427,7 +427,7 @@ impl Drop for Dcache {
                 let inode = d.inode.load(Ordering::Relaxed);
                 self.counters.add_dentry(-1, inode.is_null());
                 // SAFETY: the name is owned by the dentry.
-                unsafe { Name::free(d.name.load(Ordering::Relaxed)) };
+                unsafe { d.free_name(d.name.load(Ordering::Relaxed)) };
             }
             sb.itable.clear(&sb, &self.counters, &self.rcu);
         }

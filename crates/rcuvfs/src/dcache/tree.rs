@@ -136,7 +136,8 @@ impl Dcache {
         let d = Dentry::new(
             HASHED | self.layout,
             parent,
-            Name::alloc(hash, name),
+            hash,
+            name,
             inode,
             parent.sb.load(Ordering::Relaxed),
             self.lockref_ctor(),
@@ -442,7 +443,7 @@ impl Dcache {
             // SAFETY: out of every index and list: only RCU readers that
             // found it earlier can see it, and they are waited out.
             unsafe {
-                Name::retire(&self.rcu, name);
+                dr.retire_name(&self.rcu, name);
                 self.rcu.retire_box(d as *mut Dentry);
             }
             // Drop the reference on the parent.
@@ -597,9 +598,9 @@ impl Dcache {
             // SAFETY: no longer reachable from the dentries; readers that
             // loaded them are waited out.
             unsafe {
-                Name::retire(&self.rcu, old_name);
-                if let Some(n) = over_old_name {
-                    Name::retire(&self.rcu, n);
+                d.retire_name(&self.rcu, old_name);
+                if let (Some(o), Some(n)) = (over, over_old_name) {
+                    o.retire_name(&self.rcu, n);
                 }
             }
             break;

@@ -107,71 +107,142 @@ impl Default for MemFsOptions {
     }
 }
 
-/// A name in a directory: its hash (the index key and readdir's cookie),
-/// the bytes, and the inode it names (changed in place, under the name's
-/// home lock, by a rename over it or an exchange).
+/// A name in a directory and the inode it names (changed in place, under
+/// the name's home lock, by a rename over it or an exchange): 16 bytes, in
+/// one block for a name of up to 7 bytes. The index key (and readdir's
+/// cookie) is not stored: it is [`name_key`] of the bytes, computed again
+/// where the index needs it (a resize, a listing), which costs a few
+/// nanoseconds against 8 bytes per file.
+///
+/// The word `inode` carries the inode's address, 64-byte aligned, and in
+/// its low bits the name's form, fixed at creation ([`NameForm`]): an
+/// inline name's length (1 to 7; names are never empty), or `HEAP`.
+#[repr(C)]
 pub(crate) struct Dirent {
-    hash: u64,
     inode: AtomicPtr<Inode>,
-    name: EntryName,
+    name: NameCell,
 }
 
-/// A directory entry's name: up to 7 bytes inside the entry (one block per
-/// entry, not two: 32 bytes in all), longer ones on the heap.
-enum EntryName {
-    Inline { len: u8, bytes: [u8; 7] },
-    Heap(Box<[u8]>),
+/// The name's bytes, inline, or a block on the heap: its length, then the
+/// bytes. Which one is said by the low bits of `Dirent::inode`.
+union NameCell {
+    inline: [u8; 8],
+    heap: *mut u8,
 }
 
-impl EntryName {
-    fn new(name: &[u8]) -> EntryName {
-        if name.len() <= 7 {
-            let mut bytes = [0; 7];
-            bytes[..name.len()].copy_from_slice(name);
-            EntryName::Inline { len: name.len() as u8, bytes }
-        } else {
-            EntryName::Heap(name.into())
-        }
-    }
-}
-
-impl std::ops::Deref for EntryName {
-    type Target = [u8];
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        match self {
-            EntryName::Inline { len, bytes } => &bytes[..*len as usize],
-            EntryName::Heap(b) => b,
-        }
-    }
-}
+/// The low bits of `Dirent::inode` that hold the name's form.
+const FORM: usize = 15;
+/// The form of a name kept on the heap (longer than 7 bytes).
+const HEAP: usize = 8;
 
 #[cfg(not(loom))]
-const _: () = assert!(std::mem::size_of::<Dirent>() == 32);
+const _: () = assert!(std::mem::size_of::<Dirent>() == 16 && std::mem::align_of::<Inode>() > FORM);
 
 impl Indexed for Dirent {
     fn index_hash(&self) -> u64 {
-        self.hash
+        name_key(self.name())
     }
 }
 
 impl Dirent {
-    /// A new entry, not yet shared: the caller inserts or frees it.
-    fn new_raw(hash: u64, inode: &Inode, name: &[u8]) -> *mut Dirent {
-        Box::into_raw(Box::new(Dirent {
-            hash,
-            inode: AtomicPtr::new(inode as *const Inode as *mut Inode),
-            name: EntryName::new(name),
-        }))
+    fn heap_layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::array::<u8>(1 + len).expect("a name's size")
+    }
+
+    /// A new entry, not yet shared: the caller inserts it, or frees it with
+    /// [`free`](Self::free). `name` is 1 to 255 bytes.
+    fn new_raw(inode: &Inode, name: &[u8]) -> *mut Dirent {
+        assert!(!name.is_empty() && name.len() <= u8::MAX as usize, "a name of 1 to NAME_MAX bytes");
+        let (form, cell) = if name.len() <= 7 {
+            let mut inline = [0; 8];
+            inline[..name.len()].copy_from_slice(name);
+            (name.len(), NameCell { inline })
+        } else {
+            let layout = Self::heap_layout(name.len());
+            // SAFETY: a layout of at least 9 bytes.
+            let p = unsafe { std::alloc::alloc(layout) };
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            // SAFETY: a fresh block of 1 + len bytes.
+            unsafe {
+                p.write(name.len() as u8);
+                ptr::copy_nonoverlapping(name.as_ptr(), p.add(1), name.len());
+            }
+            (HEAP, NameCell { heap: p })
+        };
+        let i = (inode as *const Inode as *mut Inode).map_addr(|a| a | form);
+        Box::into_raw(Box::new(Dirent { inode: AtomicPtr::new(i), name: cell }))
+    }
+
+    /// Frees an entry now.
+    ///
+    /// # Safety
+    /// `p` came from [`new_raw`](Self::new_raw), is freed once, and no one
+    /// can read it any more.
+    unsafe fn free(p: *mut ()) {
+        // SAFETY: the caller's contract; a heap name is the entry's own.
+        unsafe {
+            let d = Box::from_raw(p as *mut Dirent);
+            if d.form() == HEAP {
+                let h = d.name.heap;
+                std::alloc::dealloc(h, Self::heap_layout(*h as usize));
+            }
+        }
+    }
+
+    /// Frees an entry after a grace period of `rcu`.
+    ///
+    /// # Safety
+    /// As [`free`](Self::free), except that readers that found it before
+    /// this call may still read it (they are waited out).
+    unsafe fn retire(rcu: &Rcu, p: *const Dirent) {
+        // SAFETY: the caller's contract.
+        unsafe { rcu.retire_with(p as *mut (), Self::free, std::mem::size_of::<Dirent>()) }
+    }
+
+    fn form(&self) -> usize {
+        // Relaxed: the form bits never change.
+        self.inode.load(Ordering::Relaxed).addr() & FORM
+    }
+
+    fn name(&self) -> &[u8] {
+        let form = self.form();
+        // SAFETY: the form says which field was written; a heap block
+        // starts with its length and lives as long as the entry.
+        unsafe {
+            if form == HEAP {
+                let h = self.name.heap;
+                std::slice::from_raw_parts(h.add(1), *h as usize)
+            } else {
+                &self.name.inline[..form]
+            }
+        }
     }
 
     fn inode(&self) -> &Inode {
         // SAFETY: an entry's inode has a link (this entry) while the entry
         // is in its directory, and is freed only through RCU after its last
         // link goes; a reader of the entry is in a read section.
-        unsafe { &*self.inode.load(Ordering::Acquire) }
+        unsafe { &*self.inode_ptr(Ordering::Acquire) }
+    }
+
+    fn inode_ptr(&self, o: Ordering) -> *const Inode {
+        self.inode.load(o).map_addr(|a| a & !FORM)
+    }
+
+    /// Makes this entry name `i` (its name's form is kept).
+    fn set_inode(&self, i: &Inode, o: Ordering) {
+        let form = self.form();
+        self.inode.store((i as *const Inode as *mut Inode).map_addr(|a| a | form), o);
     }
 }
+
+// SAFETY: the heap name is owned by the entry and never written after it
+// is made; the rest is atomic.
+unsafe impl Send for Dirent {}
+// SAFETY: as above.
+unsafe impl Sync for Dirent {}
 
 /// The key of a name in a directory: odd, and at least 3, so that
 /// `key >> 1`, readdir's cookie, is never 0 (the first cookie) and below
@@ -425,14 +496,14 @@ impl MemFs {
     }
 
     fn find<'g>(g: &'g RcuGuard<'_>, dir: &'g Inode, name: &[u8], key: u64) -> Option<&'g Dirent> {
-        dir.entries.find(g, key, |e| if &*e.name == name { Probe::Stop(e) } else { Probe::Skip })
+        dir.entries.find(g, key, |e| if e.name() == name { Probe::Stop(e) } else { Probe::Skip })
     }
 
     /// `name` in the index under its home lock `l`: present until the
     /// holder removes it, and readable for as long as `_g`, the caller's
     /// read section, lasts.
     fn find_locked<'g>(_g: &'g RcuGuard<'_>, l: &Locked<'_, Dirent>, name: &[u8], key: u64) -> Option<&'g Dirent> {
-        l.find(key, |e| if &*e.name == name { Probe::Stop(e as *const Dirent) } else { Probe::Skip })
+        l.find(key, |e| if e.name() == name { Probe::Stop(e as *const Dirent) } else { Probe::Skip })
             // SAFETY: entries are freed a grace period after their removal,
             // and `_g` is a read section.
             .map(|p| unsafe { &*p })
@@ -536,10 +607,10 @@ impl MemFs {
     fn insert_entry(&self, dir: &Inode, key: u64, inode: &Inode, name: &[u8]) -> Result<()> {
         let rcu = self.rcu();
         let g = rcu.read_lock();
-        let d = Dirent::new_raw(key, inode, name);
+        let d = Dirent::new_raw(inode, name);
         let fail_with = |errno| {
             // SAFETY: never shared.
-            drop(unsafe { Box::from_raw(d) });
+            unsafe { Dirent::free(d.cast()) };
             fail(errno)
         };
         loop {
@@ -613,15 +684,15 @@ impl MemFs {
             if let Some(&(_, a)) = found.get(j + AHEAD) {
                 // Relaxed: only a prefetch's address (the entry is read
                 // with `inode()` below).
-                let i = a.inode.load(Ordering::Relaxed) as *const u8;
-                prefetch(a.name.as_ptr());
+                let i = a.inode_ptr(Ordering::Relaxed) as *const u8;
+                prefetch(a.name().as_ptr());
                 // The attributes, the kind and the data's cell: the
                 // inode's first two lines (see its layout).
                 prefetch(i);
                 prefetch(i.wrapping_add(64));
             }
             let i = e.inode();
-            let entry = DirEntry { ino: i.ino, name: e.name.to_vec(), kind: i.kind, offset: cookie_of(h) };
+            let entry = DirEntry { ino: i.ino, name: e.name().to_vec(), kind: i.kind, offset: cookie_of(h) };
             out.push(f(entry, i, &g));
         }
         let t = now();
@@ -697,7 +768,7 @@ impl MemFs {
         drop(l);
         // SAFETY: out of the index (by the pointer it was inserted by);
         // readers are waited out.
-        unsafe { rcu.retire_box(e) };
+        unsafe { Dirent::retire(rcu, e) };
         dir.entries.shrink_if_sparse(rcu);
     }
 
@@ -864,8 +935,8 @@ impl MemFs {
                 return Ok(true);
             }
             // Each name now names the other's inode.
-            src.inode.store(other as *const Inode as *mut Inode, Ordering::Release);
-            dst.inode.store(moved as *const Inode as *mut Inode, Ordering::Release);
+            src.set_inode(other, Ordering::Release);
+            dst.set_inode(moved, Ordering::Release);
             drop((l1, l2));
             let (md, od) = (moved.kind == FileType::Dir, other.kind == FileType::Dir);
             if cross && md != od {
@@ -895,16 +966,16 @@ impl MemFs {
                 _ => {}
             }
             // In place: the name is never missing.
-            dst.inode.store(moved as *const Inode as *mut Inode, Ordering::Release);
+            dst.set_inode(moved, Ordering::Release);
             victim = Some(v);
         } else {
-            let d = Dirent::new_raw(k2, moved, new_name);
+            let d = Dirent::new_raw(moved, new_name);
             let l = l2.as_mut().unwrap_or(&mut l1);
             match l.insert(d, k2) {
                 Ok(()) => {}
                 Err(e) => {
                     // SAFETY: never shared.
-                    drop(unsafe { Box::from_raw(d) });
+                    unsafe { Dirent::free(d.cast()) };
                     drop((l1, l2));
                     if e == InsertError::Full {
                         dst_dir.entries.grow(rcu);
@@ -917,7 +988,7 @@ impl MemFs {
         let s = l1.take(src, k1).expect("found under the lock");
         drop((l1, l2));
         // SAFETY: out of the index; readers are waited out.
-        unsafe { rcu.retire_box(s) };
+        unsafe { Dirent::retire(rcu, s) };
         src_dir.entries.shrink_if_sparse(rcu);
         let dir_moved = moved.kind == FileType::Dir;
         if let Some(v) = victim {
@@ -1212,7 +1283,7 @@ impl Drop for MemFs {
                 i.entries.for_each_raw(&g, |e| names.push(e));
                 drop(g);
                 for e in names {
-                    drop(Box::from_raw(e as *mut Dirent));
+                    Dirent::free(e as *mut ());
                 }
             })
         };
