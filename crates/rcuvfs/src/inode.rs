@@ -169,9 +169,26 @@ pub(crate) struct Inode {
     /// 003's figure 5: hard links are aliases); the rest follow through
     /// their `alias_next`. Under `times.alias_lock`.
     alias_head: crate::sync::atomic::UnsafeCell<*const crate::dcache::Dentry>,
-    /// Membership of the superblock's inode list.
+    /// Membership of the superblock's inode list. Its spare word is the
+    /// inode's count of open files (`File`s), plus [`DATA_GONE`] once an
+    /// owned inode's data went with its last link while no file had it
+    /// open ([`Inode::drop_data_if_orphaned`]): an open then fails, as one
+    /// after the unlink would. One word, so that an open and that drop,
+    /// each an atomic RMW of it, cannot both succeed.
     sb_link: Link,
 }
+
+/// In the open count (`Inode::opens`): the data is gone; no file may open
+/// the inode.
+const DATA_GONE: u32 = 1 << 31;
+
+/// Pages from which an orphaned file's data goes before its inode does
+/// (`drop_data_if_orphaned`): the page cache's expedite mark; under loom
+/// one, so that a model's one-page file takes that path.
+#[cfg(not(loom))]
+const ORPHAN_DROP_PAGES: u64 = crate::filemap::EXPEDITE_PAGES as u64;
+#[cfg(loom)]
+const ORPHAN_DROP_PAGES: u64 = 1;
 
 #[cfg(not(loom))]
 const _: () = assert!(
@@ -710,6 +727,60 @@ impl Inode {
     pub(crate) fn is_dead(&self) -> bool {
         self.refs.count_hint() == DEAD
     }
+
+    /// The count of open files (in the list node's spare word).
+    fn opens(&self) -> &AtomicU32 {
+        &self.sb_link.spare
+    }
+
+    /// Counts a file opening this inode; `false`, counting nothing, if its
+    /// data went with its last link (the open must fail).
+    pub(crate) fn open_begin(&self) -> bool {
+        // SeqCst: see `drop_data_if_orphaned`.
+        if self.opens().fetch_add(1, Ordering::SeqCst) & DATA_GONE != 0 {
+            self.opens().fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Uncounts a file that `open_begin` counted, as it closes; the last
+    /// one of an owned inode with no link left takes its data with it.
+    pub(crate) fn open_end(&self) {
+        // SeqCst: see `drop_data_if_orphaned`.
+        if self.opens().fetch_sub(1, Ordering::SeqCst) == 1 && self.owned {
+            self.drop_data_if_orphaned();
+        }
+    }
+
+    /// An owned inode's data, once its last link went and no file has it
+    /// open, goes now (a large file's: at least `EXPEDITE_PAGES`; a small
+    /// one's goes with the inode, as in memfs's `inode_freed`), refunded
+    /// to its filesystem's budget, as the kernel's last `iput` truncates a
+    /// deleted inode. Called by whoever ends the second of the two
+    /// conditions: memfs as it drops the last link, and the last close.
+    /// Something else may still keep the inode (a handle, FUSE's lookups
+    /// of it): it can no longer open it, so no one can see the data go.
+    ///
+    /// The last close and the last unlink race as Dekker's pattern: each
+    /// writes its own condition (the count, the link count), then, after a
+    /// SeqCst fence (the RMW of the count is one on its side), reads the
+    /// other's; so at least one of them sees both conditions met and tries.
+    /// The claim itself is one CAS of the count, 0 to `DATA_GONE`, which an
+    /// open's increment makes fail, and which makes a later open fail.
+    pub(crate) fn drop_data_if_orphaned(&self) {
+        crate::sync::atomic::fence(Ordering::SeqCst);
+        if self.nlink.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        let Some(pc) = self.data_if_any() else { return };
+        if pc.pages() < ORPHAN_DROP_PAGES {
+            return;
+        }
+        if self.opens().compare_exchange(0, DATA_GONE, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+            let _ = pc.set_len(0);
+        }
+    }
 }
 
 /// A superblock: one instance of a filesystem, with its in-core inodes and
@@ -1221,6 +1292,75 @@ mod loom_xattr {
         });
     }
 }
+/// loom models of an orphaned file's data (`drop_data_if_orphaned`): the
+/// last close and the last unlink, racing, leave no data behind (at least
+/// one of them drops it); an open that succeeds never sees it go.
+#[cfg(all(test, loom))]
+mod loom_orphan {
+    use super::*;
+    use crate::filemap::{CacheMode, PageCache};
+    use crate::sync::atomic::loom_model as model;
+
+    /// An owned file of one link and one page of data.
+    fn file() -> Arc<Inode> {
+        let i = Arc::new(Inode::new_owned(&crate::dcache::loom_tests::attr(10), ptr::null()));
+        i.data_or_init(|| Arc::new(PageCache::new(CacheMode::Lockless))).write(Some(0), &[1; 8]).unwrap();
+        i
+    }
+
+    fn pages(i: &Inode) -> u64 {
+        i.data_if_any().expect("made").pages()
+    }
+
+    /// What memfs does as the last name goes.
+    fn unlink(i: &Inode) {
+        i.update(|a| a.nlink = 0);
+        i.drop_data_if_orphaned();
+    }
+
+    #[test]
+    fn loom_the_last_close_or_the_last_unlink_drops_the_data() {
+        model(|| {
+            let i = file();
+            assert!(i.open_begin());
+            let u = {
+                let i = i.clone();
+                loom::thread::spawn(move || unlink(&i))
+            };
+            let c = {
+                let i = i.clone();
+                loom::thread::spawn(move || i.open_end())
+            };
+            u.join().unwrap();
+            c.join().unwrap();
+            assert_eq!(pages(&i), 0, "neither the last close nor the last unlink dropped the data");
+        });
+    }
+
+    #[test]
+    fn loom_an_open_file_keeps_its_data() {
+        model(|| {
+            let i = file();
+            let u = {
+                let i = i.clone();
+                loom::thread::spawn(move || unlink(&i))
+            };
+            let o = {
+                let i = i.clone();
+                loom::thread::spawn(move || {
+                    if i.open_begin() {
+                        assert_eq!(pages(&i), 1, "the data went while a file had it open");
+                        i.open_end();
+                    }
+                })
+            };
+            u.join().unwrap();
+            o.join().unwrap();
+            assert_eq!(pages(&i), 0, "the data outlived its last link and its last open");
+        });
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 #[test]
 fn what_a_stat_reads_fills_the_first_two_lines() {

@@ -597,6 +597,9 @@ impl MemFs {
             a.ctime = t;
         });
         if a.nlink == 0 {
+            // A large file's data goes now if nothing has it open, even if
+            // handles (FUSE's lookups) keep the inode a while longer.
+            i.drop_data_if_orphaned();
             self.table.release_if_unused(i, self.rcu());
         }
     }

@@ -64,6 +64,10 @@ pub struct Link {
     next: UnsafeCell<*const Link>,
     /// The sublist the node is on; `NOT_LISTED` when on none.
     shard: AtomicU32,
+    /// A word the list never touches, in what would be the node's padding:
+    /// its owner's (an inode keeps its count of open files there, on the
+    /// line its references share).
+    pub(crate) spare: AtomicU32,
 }
 
 const NOT_LISTED: u32 = u32::MAX;
@@ -91,6 +95,7 @@ impl Link {
             prev: UnsafeCell::new(ptr::null()),
             next: UnsafeCell::new(ptr::null()),
             shard: AtomicU32::new(NOT_LISTED),
+            spare: AtomicU32::new(0),
         }
     }
 

@@ -355,6 +355,8 @@ impl Seek for File {
 impl Drop for File {
     fn drop(&mut self) {
         let dc = &self.state.dc;
+        // SAFETY: the file's reference keeps the inode.
+        unsafe { (*self.inode).open_end() };
         // SAFETY: the file owns these references; the inode's goes first,
         // as the mount's may be the last that keeps its filesystem.
         unsafe {

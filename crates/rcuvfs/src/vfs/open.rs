@@ -7,7 +7,7 @@ use std::path::Path;
 use super::{bytes, Begun, DirPin, Entry, Named, Start, StateRef, Vfs, VfsState};
 use crate::cred::{MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::dcache::DRef;
-use crate::error::{fail, Result, EACCES, EEXIST, EINVAL, EISDIR, ELOOP};
+use crate::error::{fail, Result, EACCES, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT};
 use crate::file::{File, OpenOptions};
 use crate::fs::memfs::AtimePolicy;
 use crate::fs::{FileType, SetAttr};
@@ -157,6 +157,11 @@ impl Vfs {
             }
             let a = inode.fs().setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
             inode.set_attr(&a);
+        }
+        if !inode.open_begin() {
+            // Its last link went while nothing had it open, and its data
+            // with it: as if this open came after the unlink.
+            return fail(ENOENT);
         }
         inode.hold();
         let mnt = self.dc().mntget(mnt).into_raw();
