@@ -769,12 +769,16 @@ impl Inode {
     /// The claim itself is one CAS of the count, 0 to `DATA_GONE`, which an
     /// open's increment makes fail, and which makes a later open fail.
     pub(crate) fn drop_data_if_orphaned(&self) {
-        crate::sync::atomic::fence(Ordering::SeqCst);
-        if self.nlink.load(Ordering::Relaxed) != 0 {
-            return;
-        }
+        // First, without a fence, whether there is data worth it: only an
+        // open file can add pages, so a last closer or an unlinker that
+        // sees too few sees a number that stays too few (a close, or a
+        // small file's unlink, pays no fence).
         let Some(pc) = self.data_if_any() else { return };
         if pc.pages() < ORPHAN_DROP_PAGES {
+            return;
+        }
+        crate::sync::atomic::fence(Ordering::SeqCst);
+        if self.nlink.load(Ordering::Relaxed) != 0 {
             return;
         }
         if self.opens().compare_exchange(0, DATA_GONE, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
