@@ -749,36 +749,48 @@ impl Inode {
     pub(crate) fn open_end(&self) {
         // SeqCst: see `drop_data_if_orphaned`.
         if self.opens().fetch_sub(1, Ordering::SeqCst) == 1 && self.owned {
-            self.drop_data_if_orphaned();
+            // Only a file open here, or a holder of a lookup (whose forget
+            // looks again, after its fence), adds pages: too few now stays
+            // too few, so the last close of a small file pays no fence.
+            if self.data_if_any().is_some_and(|pc| pc.pages() >= ORPHAN_DROP_PAGES) {
+                crate::sync::atomic::fence(Ordering::SeqCst);
+                self.drop_data_if_orphaned_fenced();
+            }
         }
     }
 
-    /// An owned inode's data, once its last link went and no file has it
-    /// open, goes now (a large file's: at least `EXPEDITE_PAGES`; a small
-    /// one's goes with the inode, as in memfs's `inode_freed`), refunded
-    /// to its filesystem's budget, as the kernel's last `iput` truncates a
-    /// deleted inode. Called by whoever ends the second of the two
-    /// conditions: memfs as it drops the last link, and the last close.
-    /// Something else may still keep the inode (a handle, FUSE's lookups
-    /// of it): it can no longer open it, so no one can see the data go.
+    /// An owned inode's data goes now once it has no link, no open file
+    /// and no lookup handed out (a large file's: at least
+    /// `EXPEDITE_PAGES`; a small one's goes with the inode, as in memfs's
+    /// `inode_freed`), refunded to its filesystem's budget, as the
+    /// kernel's last `iput` truncates a deleted inode. Called by whoever
+    /// ends one of the three: memfs as it drops the last link and as it
+    /// is paid back the last lookup (this), and the last close
+    /// (`open_end`). The VFS's own references (its handles: FUSE's lookups
+    /// through a mount, an `Entry`) may still keep the inode: they cannot
+    /// open it any more, so no one sees the data go. A lookup memfs handed
+    /// out (a copy in another superblock, a caller of memfs itself, which
+    /// reads and writes by number without opening) keeps the data.
     ///
-    /// The last close and the last unlink race as Dekker's pattern: each
-    /// writes its own condition (the count, the link count), then, after a
-    /// SeqCst fence (the RMW of the count is one on its side), reads the
-    /// other's; so at least one of them sees both conditions met and tries.
-    /// The claim itself is one CAS of the count, 0 to `DATA_GONE`, which an
-    /// open's increment makes fail, and which makes a later open fail.
+    /// The three meet as Dekker's pattern: each writes its own count, then,
+    /// after a SeqCst fence, reads the others; whoever's fence comes last
+    /// sees all three at 0. None of them rises again from 0 for a file
+    /// with no name (a link count of 0 stays 0, and no lookup finds it),
+    /// but the open count, which the claim takes by one CAS, 0 to
+    /// `DATA_GONE`: an open's increment makes it fail, and it makes a
+    /// later open fail.
     pub(crate) fn drop_data_if_orphaned(&self) {
-        // First, without a fence, whether there is data worth it: only an
-        // open file can add pages, so a last closer or an unlinker that
-        // sees too few sees a number that stays too few (a close, or a
-        // small file's unlink, pays no fence).
-        let Some(pc) = self.data_if_any() else { return };
-        if pc.pages() < ORPHAN_DROP_PAGES {
+        crate::sync::atomic::fence(Ordering::SeqCst);
+        self.drop_data_if_orphaned_fenced();
+    }
+
+    /// `drop_data_if_orphaned` after its fence.
+    fn drop_data_if_orphaned_fenced(&self) {
+        if self.nlink.load(Ordering::Relaxed) != 0 || self.nlookup.load(Ordering::Relaxed) != 0 {
             return;
         }
-        crate::sync::atomic::fence(Ordering::SeqCst);
-        if self.nlink.load(Ordering::Relaxed) != 0 {
+        let Some(pc) = self.data_if_any() else { return };
+        if pc.pages() < ORPHAN_DROP_PAGES {
             return;
         }
         if self.opens().compare_exchange(0, DATA_GONE, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
@@ -1297,8 +1309,9 @@ mod loom_xattr {
     }
 }
 /// loom models of an orphaned file's data (`drop_data_if_orphaned`): the
-/// last close and the last unlink, racing, leave no data behind (at least
-/// one of them drops it); an open that succeeds never sees it go.
+/// last close, the last forget and the last unlink, racing, leave no data
+/// behind (at least one of them drops it); an open that succeeds never
+/// sees it go.
 #[cfg(all(test, loom))]
 mod loom_orphan {
     use super::*;
@@ -1338,6 +1351,58 @@ mod loom_orphan {
             u.join().unwrap();
             c.join().unwrap();
             assert_eq!(pages(&i), 0, "neither the last close nor the last unlink dropped the data");
+        });
+    }
+
+    /// A file that grows while open (its writer closes last) and its last
+    /// unlink: the unlink must not judge the size before its fence (the
+    /// review found that interleaving: the unlink saw no pages yet, the
+    /// close saw the link still there).
+    #[test]
+    fn loom_a_file_grown_while_open_loses_its_data_at_the_end() {
+        model(|| {
+            let i = Arc::new(Inode::new_owned(&crate::dcache::loom_tests::attr(10), ptr::null()));
+            i.data_or_init(|| Arc::new(PageCache::new(CacheMode::Lockless)));
+            assert!(i.open_begin());
+            let w = {
+                let i = i.clone();
+                loom::thread::spawn(move || {
+                    i.data_if_any().expect("made").write(Some(0), &[1; 8]).unwrap();
+                    i.open_end();
+                })
+            };
+            let u = {
+                let i = i.clone();
+                loom::thread::spawn(move || unlink(&i))
+            };
+            w.join().unwrap();
+            u.join().unwrap();
+            assert_eq!(pages(&i), 0, "the data outlived its last link and its last open");
+        });
+    }
+
+    /// A lookup handed out (a copy elsewhere, a caller of memfs itself,
+    /// which reads by number without opening) keeps the data; its forget,
+    /// racing the last unlink, lets it go.
+    #[test]
+    fn loom_the_last_forget_or_the_last_unlink_drops_the_data() {
+        model(|| {
+            let i = file();
+            i.lookups_add(1);
+            let u = {
+                let i = i.clone();
+                loom::thread::spawn(move || unlink(&i))
+            };
+            let f = {
+                let i = i.clone();
+                loom::thread::spawn(move || {
+                    i.lookups_sub(1);
+                    i.drop_data_if_orphaned();
+                })
+            };
+            u.join().unwrap();
+            f.join().unwrap();
+            assert_eq!(pages(&i), 0, "neither the last forget nor the last unlink dropped the data");
         });
     }
 

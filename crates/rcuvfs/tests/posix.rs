@@ -819,3 +819,33 @@ fn a_removed_files_space_is_free_at_once_while_a_handle_keeps_it() {
     v.write("/d", &big).unwrap();
     drop(held);
 }
+
+/// The data of a removed file stays while anyone who does not open files
+/// through this VFS may still read it: another `Vfs` over the same memfs
+/// (which keeps copies of its inodes, and a lookup of each), or a caller
+/// of memfs itself (which reads by number, holding the lookup its create
+/// handed out). The review of the drop above found both reading nothing.
+#[test]
+fn an_orphans_data_stays_while_a_copy_or_a_direct_caller_may_read_it() {
+    use rcuvfs::fs::WritePos;
+    let big = vec![9u8; 2 << 20];
+    let fs = Arc::new(MemFs::new(MemFsOptions::default()));
+    let v1 = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    let v2 = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    v2.write("/a", &big).unwrap();
+    let mut f = v2.open("/a", OpenOptions::new().read(true)).unwrap();
+    v1.remove_file("/a").unwrap();
+    let mut back = Vec::new();
+    f.read_to_end(&mut back).unwrap();
+    assert!(back == big, "a file open in the other Vfs read {} bytes of {}", back.len(), big.len());
+    drop(f);
+
+    let a = fs.create(fs.root(), b"direct", 0o644, rcuvfs::fs::Owner { uid: 0, gid: 0 }).unwrap();
+    assert_eq!(fs.write(a.ino, WritePos::At(0), &big).unwrap(), 0);
+    fs.unlink(fs.root(), b"direct").unwrap();
+    let mut buf = vec![0u8; big.len()];
+    assert_eq!(fs.read(a.ino, 0, &mut buf).unwrap(), big.len());
+    assert!(buf == big);
+    fs.forget(a.ino, 1);
+    drop((v1, v2));
+}

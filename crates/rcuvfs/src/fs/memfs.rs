@@ -597,8 +597,9 @@ impl MemFs {
             a.ctime = t;
         });
         if a.nlink == 0 {
-            // A large file's data goes now if nothing has it open, even if
-            // handles (FUSE's lookups) keep the inode a while longer.
+            // A large file's data goes now if nothing has it open and no
+            // lookup of it is out, even if the VFS's handles (FUSE's
+            // lookups through a mount) keep the inode a while longer.
             i.drop_data_if_orphaned();
             self.table.release_if_unused(i, self.rcu());
         }
@@ -1029,6 +1030,7 @@ impl FileSystem for MemFs {
         let g = self.rcu().read_lock();
         if let Ok(i) = self.get(&g, ino) {
             i.lookups_sub(nlookup);
+            i.drop_data_if_orphaned();
             self.table.release_if_unused(i, self.rcu());
         }
     }
