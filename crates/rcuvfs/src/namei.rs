@@ -505,7 +505,7 @@ impl Dcache {
         let Some(d) = self.d_lookup(dir, name) else {
             return Ok(None);
         };
-        let sb = dir.sb();
+        let sb = dir.dir_sb();
         if sb.revalidates.load(std::sync::atomic::Ordering::Relaxed) {
             let dino = dir.inode().expect("positive directory").ino;
             // A cached miss is asked about as inode 0 (FUSE's negative entry).
@@ -560,7 +560,7 @@ impl Dcache {
         renaming: Option<&MutexGuard<'_, ()>>,
     ) -> Result<Spliced<'a>> {
         let dir_inode = dir.inode().expect("positive directory");
-        let sb = dir.sb();
+        let sb = dir.dir_sb();
         if let Some(m) = sb.fs.as_memfs() {
             match m.lookup_bound(sb, dir_inode, name, &self.counters) {
                 Some(Some(ip)) => return self.d_splice_alias(dir, name, ip, renaming),

@@ -375,6 +375,17 @@ impl Dentry {
         unsafe { &*self.parent.load(Ordering::Acquire) }
     }
 
+    /// The superblock of a positive dentry (the directory a lookup or an
+    /// update works in), read from its inode rather than from the
+    /// dentry's second line, which its children's references write: two
+    /// threads creating in one directory would pass that line back and
+    /// forth for this read too, while the inode's line that holds it is
+    /// one their filesystem reads anyway (a memfs directory's index).
+    #[inline]
+    pub fn dir_sb(&self) -> &Super {
+        self.inode().expect("a positive dentry").sb()
+    }
+
     /// The superblock this dentry belongs to.
     #[inline]
     pub fn sb(&self) -> &Super {

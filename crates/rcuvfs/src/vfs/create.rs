@@ -51,7 +51,7 @@ impl Vfs {
     /// dentry `d`, and marks the directory's cached attributes stale.
     pub(super) fn instantiate(&self, dir: &Dentry, d: &Dentry, attr: &Attr) -> Result<()> {
         let dc = self.dc();
-        let ip = dir.sb().iget(attr, true, &dc.counters)?;
+        let ip = dir.dir_sb().iget(attr, true, &dc.counters)?;
         dc.d_instantiate(d, ip);
         dir.inode().expect("positive directory").mark_stale();
         Ok(())
@@ -91,7 +91,7 @@ impl Vfs {
         let dir = n.dir();
         let dir_attr = self.may_create(dir)?;
         let (owner, perm) = self.new_owner(&dir_attr, kind, perm);
-        let attr = make(dir.sb().fs.as_ref(), dir_attr.ino, n.name, owner, perm)?;
+        let attr = make(dir.dir_sb().fs.as_ref(), dir_attr.ino, n.name, owner, perm)?;
         self.instantiate(dir, &n.child, &attr)
     }
 

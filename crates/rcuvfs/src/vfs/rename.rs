@@ -109,7 +109,7 @@ impl Vfs {
         if src.is_root() || dst.is_root() || src.is_mountpoint() || dst.is_mountpoint() {
             return fail(EBUSY);
         }
-        let fs = op.dir.sb().fs.as_ref();
+        let fs = op.dir.dir_sb().fs.as_ref();
         let (odi, ndi) = (op.dir.inode().expect("dir"), np.dir.inode().expect("dir"));
         fs.rename(odi.ino, old_name, ndi.ino, new_name, flags)?;
         for i in [Some(odi), Some(ndi), Some(si), di].into_iter().flatten() {
