@@ -738,6 +738,8 @@ impl Inode {
     pub(crate) fn open_begin(&self) -> bool {
         // SeqCst: see `drop_data_if_orphaned`.
         if self.opens().fetch_add(1, Ordering::SeqCst) & DATA_GONE != 0 {
+            // Relaxed: undoes our own increment; with `DATA_GONE` set, no
+            // one decides anything from the count any more.
             self.opens().fetch_sub(1, Ordering::Relaxed);
             return false;
         }
@@ -752,7 +754,7 @@ impl Inode {
             // Only a file open here, or a holder of a lookup (whose forget
             // looks again, after its fence), adds pages: too few now stays
             // too few, so the last close of a small file pays no fence.
-            if self.data_if_any().is_some_and(|pc| pc.pages() >= ORPHAN_DROP_PAGES) {
+            if self.data_worth_dropping().is_some() {
                 crate::sync::atomic::fence(Ordering::SeqCst);
                 self.drop_data_if_orphaned_fenced();
             }
@@ -784,15 +786,17 @@ impl Inode {
         self.drop_data_if_orphaned_fenced();
     }
 
+    /// The page cache, if it holds enough to drop before the inode goes.
+    fn data_worth_dropping(&self) -> Option<&PageCache> {
+        self.data_if_any().filter(|pc| pc.pages() >= ORPHAN_DROP_PAGES)
+    }
+
     /// `drop_data_if_orphaned` after its fence.
     fn drop_data_if_orphaned_fenced(&self) {
         if self.nlink.load(Ordering::Relaxed) != 0 || self.nlookup.load(Ordering::Relaxed) != 0 {
             return;
         }
-        let Some(pc) = self.data_if_any() else { return };
-        if pc.pages() < ORPHAN_DROP_PAGES {
-            return;
-        }
+        let Some(pc) = self.data_worth_dropping() else { return };
         if self.opens().compare_exchange(0, DATA_GONE, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
             let _ = pc.set_len(0);
         }
@@ -1308,6 +1312,7 @@ mod loom_xattr {
         });
     }
 }
+
 /// loom models of an orphaned file's data (`drop_data_if_orphaned`): the
 /// last close, the last forget and the last unlink, racing, leave no data
 /// behind (at least one of them drops it); an open that succeeds never
@@ -1318,10 +1323,14 @@ mod loom_orphan {
     use crate::filemap::{CacheMode, PageCache};
     use crate::sync::atomic::loom_model as model;
 
-    /// An owned file of one link and one page of data.
-    fn file() -> Arc<Inode> {
+    /// An owned file of one link, with a page cache holding `data` (one
+    /// page, or none).
+    fn file(data: &[u8]) -> Arc<Inode> {
         let i = Arc::new(Inode::new_owned(&crate::dcache::loom_tests::attr(10), ptr::null()));
-        i.data_or_init(|| Arc::new(PageCache::new(CacheMode::Lockless))).write(Some(0), &[1; 8]).unwrap();
+        let pc = i.data_or_init(|| Arc::new(PageCache::new(CacheMode::Lockless)));
+        if !data.is_empty() {
+            pc.write(Some(0), data).unwrap();
+        }
         i
     }
 
@@ -1335,21 +1344,26 @@ mod loom_orphan {
         i.drop_data_if_orphaned();
     }
 
+    /// Runs `a` and `b` on `i` in two threads, and waits for both.
+    fn race(i: &Arc<Inode>, a: fn(&Inode), b: fn(&Inode)) {
+        let t: Vec<_> = [a, b]
+            .into_iter()
+            .map(|f| {
+                let i = i.clone();
+                loom::thread::spawn(move || f(&i))
+            })
+            .collect();
+        for t in t {
+            t.join().unwrap();
+        }
+    }
+
     #[test]
     fn loom_the_last_close_or_the_last_unlink_drops_the_data() {
         model(|| {
-            let i = file();
+            let i = file(&[1; 8]);
             assert!(i.open_begin());
-            let u = {
-                let i = i.clone();
-                loom::thread::spawn(move || unlink(&i))
-            };
-            let c = {
-                let i = i.clone();
-                loom::thread::spawn(move || i.open_end())
-            };
-            u.join().unwrap();
-            c.join().unwrap();
+            race(&i, unlink, |i| i.open_end());
             assert_eq!(pages(&i), 0, "neither the last close nor the last unlink dropped the data");
         });
     }
@@ -1361,22 +1375,13 @@ mod loom_orphan {
     #[test]
     fn loom_a_file_grown_while_open_loses_its_data_at_the_end() {
         model(|| {
-            let i = Arc::new(Inode::new_owned(&crate::dcache::loom_tests::attr(10), ptr::null()));
-            i.data_or_init(|| Arc::new(PageCache::new(CacheMode::Lockless)));
+            let i = file(&[]);
             assert!(i.open_begin());
-            let w = {
-                let i = i.clone();
-                loom::thread::spawn(move || {
-                    i.data_if_any().expect("made").write(Some(0), &[1; 8]).unwrap();
-                    i.open_end();
-                })
+            let grow_and_close = |i: &Inode| {
+                i.data_if_any().expect("made").write(Some(0), &[1; 8]).unwrap();
+                i.open_end();
             };
-            let u = {
-                let i = i.clone();
-                loom::thread::spawn(move || unlink(&i))
-            };
-            w.join().unwrap();
-            u.join().unwrap();
+            race(&i, grow_and_close, unlink);
             assert_eq!(pages(&i), 0, "the data outlived its last link and its last open");
         });
     }
@@ -1387,21 +1392,13 @@ mod loom_orphan {
     #[test]
     fn loom_the_last_forget_or_the_last_unlink_drops_the_data() {
         model(|| {
-            let i = file();
+            let i = file(&[1; 8]);
             i.lookups_add(1);
-            let u = {
-                let i = i.clone();
-                loom::thread::spawn(move || unlink(&i))
+            let forget = |i: &Inode| {
+                i.lookups_sub(1);
+                i.drop_data_if_orphaned();
             };
-            let f = {
-                let i = i.clone();
-                loom::thread::spawn(move || {
-                    i.lookups_sub(1);
-                    i.drop_data_if_orphaned();
-                })
-            };
-            u.join().unwrap();
-            f.join().unwrap();
+            race(&i, unlink, forget);
             assert_eq!(pages(&i), 0, "neither the last forget nor the last unlink dropped the data");
         });
     }
@@ -1409,22 +1406,14 @@ mod loom_orphan {
     #[test]
     fn loom_an_open_file_keeps_its_data() {
         model(|| {
-            let i = file();
-            let u = {
-                let i = i.clone();
-                loom::thread::spawn(move || unlink(&i))
+            let i = file(&[1; 8]);
+            let open_read_close = |i: &Inode| {
+                if i.open_begin() {
+                    assert_eq!(pages(i), 1, "the data went while a file had it open");
+                    i.open_end();
+                }
             };
-            let o = {
-                let i = i.clone();
-                loom::thread::spawn(move || {
-                    if i.open_begin() {
-                        assert_eq!(pages(&i), 1, "the data went while a file had it open");
-                        i.open_end();
-                    }
-                })
-            };
-            u.join().unwrap();
-            o.join().unwrap();
+            race(&i, unlink, open_read_close);
             assert_eq!(pages(&i), 0, "the data outlived its last link and its last open");
         });
     }
