@@ -106,6 +106,17 @@ fn pool() -> &'static pool::Pool {
     Box::leak(Box::new(pool::Pool::new()))
 }
 
+/// The reclaimer's visit (`sync::reclaim`): the page caches' retired
+/// objects of idle shards are handed over, and the page pool hands back
+/// what small files' frees keep if it saw no traffic since the last visit.
+pub(crate) fn trim_idle() {
+    #[cfg(not(loom))]
+    {
+        rcu().flush_idle();
+        pool().trim_idle();
+    }
+}
+
 /// What the page allocator holds now: frames in use, bytes mapped, free
 /// frames not yet handed back. For tests and reports.
 pub fn pool_stats() -> PoolStats {

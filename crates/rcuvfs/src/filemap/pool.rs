@@ -61,13 +61,22 @@
 //!
 //! | lock | protects |
 //! |------|----------|
-//! | `Pool::inner` | the chunk table, the dirty and used counts |
-//! | `Pool::depot` | the full magazines |
-//! | a shard's cache lock | that shard's cached frames |
+//! | `Pool::inner` | the chunk table, the dirty, used and move counts |
+//! | `Pool::depot` | the full magazines, their move count |
+//! | a shard's cache lock | that shard's cached frames, its op count |
 //!
-//! Order: none of the three is taken while another is held: a cache moves
-//! frames to or from the depot or the table with its own lock released,
-//! and the depot's lock is released before the table's is taken.
+//! Order: `stats` holds every cache's lock, then the depot's, then the
+//! table's, for one consistent snapshot; no other path holds two of them:
+//! a cache moves frames to or from the depot or the table with its own
+//! lock released, and the depot's lock is released before the table's is
+//! taken.
+//!
+//! The reclaimer (`sync::reclaim`) trims what sits unused: a cache that
+//! served nothing between two of its visits is emptied into the table,
+//! and when neither the depot nor the table moved either, the depot is
+//! emptied and the table trimmed to a bulk free's lower bounds
+//! ([`Pool::trim_idle`]). The counts it compares are kept under the locks
+//! their paths hold anyway.
 //!
 //! Under loom and Miri frames come from the global allocator instead (no
 //! `mmap` there); the page cache above is the same.
@@ -173,6 +182,8 @@ struct Inner {
     dirty: usize,
     /// Frames in use.
     used: usize,
+    /// Allocations and frees it served, ever (as `Cache::ops`).
+    moves: u64,
 }
 
 /// Frames a cache takes from, or gives back to, the depot (or the chunk
@@ -202,16 +213,41 @@ const POISON: u8 = 0xA5;
 #[cfg(not(any(loom, miri)))]
 type Cached = (NonNull<Frame>, bool);
 
+/// A shard's cache of frames.
+#[cfg(not(any(loom, miri)))]
+#[derive(Default)]
+struct Cache {
+    frames: Vec<Cached>,
+    /// Allocations and frees it served, ever; and the count at the
+    /// reclaimer's last visit. On the cache's own line, under its lock:
+    /// telling an idle cache costs the working threads no store of their
+    /// own.
+    ops: u64,
+    seen: u64,
+}
+
+/// Full magazines of free frames, `CACHE_BATCH` each, at most
+/// `DEPOT_MAX`.
+#[cfg(not(any(loom, miri)))]
+#[derive(Default)]
+struct Depot {
+    mags: Vec<Vec<Cached>>,
+    /// Pushes and pops, ever (as `Cache::ops`).
+    moves: u64,
+}
+
 /// The frame allocator.
 pub struct Pool {
     #[cfg(not(any(loom, miri)))]
     inner: crate::sync::Mutex<Inner>,
     #[cfg(not(any(loom, miri)))]
-    caches: Box<[crate::sync::shard::Padded<crate::sync::Mutex<Vec<Cached>>>]>,
-    /// Full magazines of free frames, `CACHE_BATCH` each, at most
-    /// `DEPOT_MAX`.
+    caches: Box<[crate::sync::shard::Padded<crate::sync::Mutex<Cache>>]>,
     #[cfg(not(any(loom, miri)))]
-    depot: crate::sync::shard::Padded<crate::sync::Mutex<Vec<Vec<Cached>>>>,
+    depot: crate::sync::shard::Padded<crate::sync::Mutex<Depot>>,
+    /// The depot's and the table's move counts at the reclaimer's last
+    /// visit (`trim_idle`; only the reclaimer stores them).
+    #[cfg(not(any(loom, miri)))]
+    seen: [std::sync::atomic::AtomicU64; 2],
     /// Frames handed out (a statistic: Relaxed).
     #[cfg(any(loom, miri))]
     used: std::sync::atomic::AtomicUsize,
@@ -241,10 +277,12 @@ impl Pool {
             inner: crate::sync::Mutex::new(Inner::default()),
             #[cfg(not(any(loom, miri)))]
             caches: (0..crate::sync::shard::SHARDS)
-                .map(|_| crate::sync::shard::Padded(crate::sync::Mutex::new(Vec::new())))
+                .map(|_| crate::sync::shard::Padded(crate::sync::Mutex::new(Cache::default())))
                 .collect(),
             #[cfg(not(any(loom, miri)))]
-            depot: crate::sync::shard::Padded(crate::sync::Mutex::new(Vec::new())),
+            depot: crate::sync::shard::Padded(crate::sync::Mutex::new(Depot::default())),
+            #[cfg(not(any(loom, miri)))]
+            seen: Default::default(),
             #[cfg(any(loom, miri))]
             used: std::sync::atomic::AtomicUsize::new(0),
         }
@@ -253,10 +291,15 @@ impl Pool {
     pub fn stats(&self) -> PoolStats {
         #[cfg(not(any(loom, miri)))]
         {
-            // Cached frames are free (and resident): not in use.
-            let cached: usize = self.caches.iter().map(|c| c.0.lock().len()).sum::<usize>()
-                + self.depot.0.lock().iter().map(Vec::len).sum::<usize>();
+            // Cached frames are free (and resident): not in use. One
+            // snapshot, every lock held (caches, depot, table: no other
+            // path holds two of them), so that frames moving meanwhile (the
+            // reclaimer's trim) are counted once.
+            let caches: Vec<_> = self.caches.iter().map(|c| c.0.lock()).collect();
+            let depot = self.depot.0.lock();
             let g = self.inner.lock();
+            let cached: usize =
+                caches.iter().map(|c| c.frames.len()).sum::<usize>() + depot.mags.iter().map(Vec::len).sum::<usize>();
             PoolStats {
                 used_frames: g.used - cached,
                 mapped_bytes: g.chunks.len() * CHUNK,
@@ -333,9 +376,14 @@ impl Pool {
     fn alloc_cached(&self, n: usize, out: &mut Vec<(NonNull<Frame>, bool)>) -> crate::error::Result<()> {
         let cache = &self.caches[crate::sync::shard::cpu()].0;
         let mut c = cache.lock();
-        if c.len() < n {
+        c.ops += 1;
+        if c.frames.len() < n {
             drop(c);
-            let popped = self.depot.0.lock().pop();
+            let popped = {
+                let mut d = self.depot.0.lock();
+                d.moves += 1;
+                d.mags.pop()
+            };
             let fresh = match popped {
                 Some(full) => full,
                 None => {
@@ -345,10 +393,10 @@ impl Pool {
                 }
             };
             c = cache.lock();
-            c.extend(fresh);
+            c.frames.extend(fresh);
         }
-        let at = c.len() - n;
-        out.extend(c.drain(at..));
+        let at = c.frames.len() - n;
+        out.extend(c.frames.drain(at..));
         Ok(())
     }
 
@@ -359,6 +407,7 @@ impl Pool {
         {
             let start = out.len();
             let mut g = self.inner.lock();
+            g.moves += 1;
             while out.len() - start < n {
                 let Some(&base) = g.warm.first().or(g.partial.first()) else {
                     // Mapped and faulted in without the lock (hundreds of
@@ -417,16 +466,18 @@ impl Pool {
             }
             let cache = &self.caches[crate::sync::shard::cpu()].0;
             let mut c = cache.lock();
-            c.extend(frames.into_iter().map(|f| (f, true)));
-            if c.len() <= CACHE_MAX {
+            c.ops += 1;
+            c.frames.extend(frames.into_iter().map(|f| (f, true)));
+            if c.frames.len() <= CACHE_MAX {
                 return;
             }
             // The oldest frames go (allocation takes the newest, warm).
-            let full: Vec<Cached> = c.drain(..CACHE_BATCH).collect();
+            let full: Vec<Cached> = c.frames.drain(..CACHE_BATCH).collect();
             drop(c);
             let mut depot = self.depot.0.lock();
-            if depot.len() < DEPOT_MAX {
-                depot.push(full);
+            depot.moves += 1;
+            if depot.mags.len() < DEPOT_MAX {
+                depot.mags.push(full);
                 return;
             }
             drop(depot);
@@ -440,22 +491,96 @@ impl Pool {
         }
     }
 
+    /// Hands back what frees of small files keep resident, as far as it
+    /// sat unused since the last call: the frames of every cache that
+    /// served nothing since, and, if no frame went through the depot or
+    /// the table since either, the depot and the table's free frames past
+    /// the lower bound of a bulk free. For the reclaimer (`sync::reclaim`),
+    /// a few times a second: the bounds for churn keep up to 256 MiB for
+    /// the next small files, which a program that stopped writing them
+    /// would otherwise keep for good.
+    pub fn trim_idle(&self) {
+        #[cfg(not(any(loom, miri)))]
+        {
+            let mut frames = Vec::new();
+            for c in self.caches.iter() {
+                let mut c = c.0.lock();
+                if c.ops == c.seen {
+                    frames.extend(c.frames.drain(..).map(|(f, _)| f));
+                }
+                c.seen = c.ops;
+            }
+            let (depot_moves, parked) = {
+                let d = self.depot.0.lock();
+                (d.moves, !d.mags.is_empty())
+            };
+            let (table_moves, dirty, spares) = {
+                let g = self.inner.lock();
+                (g.moves, g.dirty, g.spares.len())
+            };
+            let idle = self.saw(depot_moves, table_moves);
+            if !idle {
+                if !frames.is_empty() {
+                    // Idle caches of a busy pool: to the table as churn.
+                    self.free_table_as(frames, false);
+                    self.saw_now();
+                }
+                return;
+            }
+            if frames.is_empty() && !parked && dirty <= SPARE_FRAMES && spares <= SPARE_CHUNKS {
+                return;
+            }
+            // As a bulk free: the depot empties too, and the lower bounds
+            // apply.
+            self.free_table_as(frames, true);
+            // Not the program's moves: the next visit may trim again.
+            self.saw_now();
+        }
+    }
+
+    /// Whether the depot and the table moved nothing since the last visit
+    /// (`trim_idle`), which now saw these counts.
+    #[cfg(not(any(loom, miri)))]
+    fn saw(&self, depot: u64, table: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let d = self.seen[0].swap(depot, Relaxed) == depot;
+        let t = self.seen[1].swap(table, Relaxed) == table;
+        d && t
+    }
+
+    /// Marks the depot's and the table's counts as seen (after the visit's
+    /// own moves).
+    #[cfg(not(any(loom, miri)))]
+    fn saw_now(&self) {
+        let depot = self.depot.0.lock().moves;
+        let table = self.inner.lock().moves;
+        self.saw(depot, table);
+    }
+
     /// Returns frames to the chunk table.
     #[cfg(not(any(loom, miri)))]
-    fn free_table(&self, mut frames: Vec<NonNull<Frame>>) {
+    fn free_table(&self, frames: Vec<NonNull<Frame>>) {
         let bulk = frames.len() >= BULK;
+        self.free_table_as(frames, bulk)
+    }
+
+    /// Returns frames to the chunk table, under the bounds of a bulk free
+    /// or of churn.
+    #[cfg(not(any(loom, miri)))]
+    fn free_table_as(&self, mut frames: Vec<NonNull<Frame>>, bulk: bool) {
         let (spare_chunks, spare_frames) =
             if bulk { (SPARE_CHUNKS, SPARE_FRAMES) } else { (CHURN_CHUNKS, CHURN_FRAMES) };
         if bulk {
             // The depot's frames are free too: under the lower bound with
             // the rest (a large file's delete hands memory back).
-            let spare = std::mem::take(&mut *self.depot.0.lock());
+            let spare = std::mem::take(&mut self.depot.0.lock().mags);
             frames.extend(spare.into_iter().flatten().map(|(f, _)| f));
         }
         {
             let mut unmap = Vec::new();
             let mut guard = self.inner.lock();
             let g = &mut *guard;
+            g.moves += 1;
             let mut n = 0;
             for f in frames {
                 n += 1;
@@ -636,7 +761,7 @@ mod tests {
         // Nothing reached the table but what overflowed a full depot.
         let s = pool.stats();
         assert_eq!(s.used_frames, 2 * BULK, "{s:?}");
-        let parked = pool.depot.0.lock().len();
+        let parked = pool.depot.0.lock().mags.len();
         assert_eq!(parked, DEPOT_MAX, "the depot fills before the table takes anything");
         // A frame a cache gave up is taken by the next allocation that
         // finds its own cache dry, wherever it runs.
@@ -654,7 +779,7 @@ mod tests {
         pool.free(big.drain(..));
         let s = pool.stats();
         assert_eq!(s.used_frames, 0, "{s:?}");
-        assert!(pool.depot.0.lock().is_empty());
+        assert!(pool.depot.0.lock().mags.is_empty());
         assert!(s.dirty_free_frames <= SPARE_FRAMES + SHARDS_FRAMES, "{s:?}");
     }
 

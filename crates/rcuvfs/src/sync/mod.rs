@@ -20,6 +20,7 @@
 //!   counter (`percpu_counter`) and a sharded budget (per-CPU reserves).
 //! - [`percpu_ref`]: a reference count taken and dropped per shard until
 //!   its owner kills it (`percpu_ref`).
+//! - [`reclaim`]: the thread that frees what idle threads leave behind.
 
 pub mod atomic;
 pub mod audit;
@@ -29,6 +30,7 @@ pub mod lockref;
 pub mod mutex;
 pub mod percpu_ref;
 pub mod rcu;
+pub mod reclaim;
 pub mod seqcount;
 pub mod shard;
 

@@ -147,6 +147,10 @@ struct Gens {
     pending_bytes: usize,
     /// Batches (not direct) handed over and not yet freed, by generation.
     outstanding: std::collections::BTreeMap<u64, usize>,
+    /// Retirements listed here, ever; and the count the reclaimer saw at
+    /// its last visit (`flush_idle`).
+    retired: u64,
+    seen: u64,
 }
 
 // SAFETY: `pending` and `gens` are touched only under `lock`; the rest is
@@ -549,6 +553,7 @@ impl Rcu {
         let sh = self.shard();
         let full = sh.with(|pending, gens| {
             pending.push(d);
+            gens.retired += 1;
             gens.pending_bytes += bytes;
             (pending.len() >= self.shard_batch() || gens.pending_bytes >= SHARD_BYTES)
                 .then(|| take_for_hand(pending, gens))
@@ -621,6 +626,53 @@ impl Rcu {
                     }
                 }
             });
+        }
+    }
+
+    /// Hands over the list of every shard that retired nothing since the
+    /// last call, and frees what came back to each shard. For the
+    /// reclaimer (`sync::reclaim`), a few times a second: a list waits
+    /// for its shard's next retirement, and a thread that went idle (or
+    /// exited) would otherwise keep its deleted files' inodes and data
+    /// for good. The batches go home as any other (counted in their
+    /// generation, so `synchronize` still waits for them), and the
+    /// reclaimer's next visit frees them if no thread of the shard did.
+    /// A shard that retired something since the last visit is left alone:
+    /// its thread is active and will hand its list over itself.
+    pub fn flush_idle(&self) {
+        #[cfg(not(any(loom, feature = "tsan")))]
+        {
+            if self.dropping.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            let (mut handed, mut waiting) = (false, false);
+            for sh in self.shards.iter() {
+                let sh = &sh.0;
+                let idle = sh.with(|pending, gens| {
+                    let active = gens.retired != gens.seen;
+                    gens.seen = gens.retired;
+                    waiting |= !gens.outstanding.is_empty();
+                    if active || pending.is_empty() {
+                        return None;
+                    }
+                    let g = gens.current;
+                    gens.pending_bytes = 0;
+                    *gens.outstanding.entry(g).or_default() += pending.len().div_ceil(ENTRY);
+                    // Not `take_for_hand`: an idle shard needs no room kept.
+                    Some((core::mem::take(pending), g))
+                });
+                if let Some((items, g)) = idle {
+                    self.hand(sh, items, false, g);
+                    handed = true;
+                }
+                self.drain(sh);
+            }
+            if waiting && !handed {
+                // A batch this thread handed over earlier may still sit in
+                // its own seize batch (an attempt that found more threads
+                // than entries); only its next attempt would flush it.
+                self.pad_and_flush(&self.collector.enter());
+            }
         }
     }
 

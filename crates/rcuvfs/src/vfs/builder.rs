@@ -145,6 +145,7 @@ impl VfsBuilder {
             observer: self.observer,
         };
         let state = Arc::new(state);
+        crate::sync::reclaim::register(&state.dc.rcu);
         // The handles' strong reference (see `Views`).
         // SAFETY: `state` is a live Arc.
         unsafe { Arc::increment_strong_count(Arc::as_ptr(&state)) };
