@@ -9,10 +9,11 @@
 //! read section when it was retired has left it. That is exactly a grace
 //! period, whether or not the reader ever loaded the retired pointer.
 //!
-//! # Per-CPU callback lists (written here: the product)
+//! # Per-shard callback lists (written here: the product)
 //!
 //! As Linux's per-CPU callback lists, retired objects gather in a list per
-//! CPU (`shard::cpu`), go to seize
+//! shard (`shard::current`: the thread's, one of 16, the crate's stand-in
+//! for a CPU), go to seize
 //! [`SHARD_BATCH`] at a time, and are freed by a thread of the shard that
 //! retired them, not by whichever thread happens to end their grace period
 //! (seize's own rule): when their grace period ends, seize's reclaimer only
@@ -24,13 +25,17 @@
 //! *direct*: freed at the end of its grace period by whoever ends it
 //! ([`Rcu::expedite`], for memory that must go back promptly).
 //!
-//! Lists per CPU, not per thread: with 1000 threads on two cores, lists
+//! Lists per shard, not per thread: with 1000 threads on two cores, lists
 //! per thread filled slowly and held their objects (and the pages they
-//! freed) for a long time, and the memory ran out; with 16, each thread's
-//! objects in flight spread over both cores' caches (a freed object is
-//! reused by the next thread on that core, still warm, when lists are per
-//! CPU). What waits is bounded by the CPU count whatever the number of
-//! threads.
+//! freed) for a long time, and the memory ran out. What waits is bounded
+//! by the shard count whatever the number of threads. Lists per CPU proper
+//! (`shard::cpu`, with `synchronize` closing every shard's generation, since
+//! a thread's retirements would then be in the list of each CPU it ran on)
+//! would keep 16 threads on two cores to two lists, their objects in
+//! flight an eighth as many; measured, they were slower (`bench short
+//! --threads 16` on 2 cores: 0.95-0.98M jobs/s against 1.02-1.05M; 1
+//! and 2 threads 1-2% lower, at the noise), the lock of a CPU's list shared by
+//! the eight threads that take turns on it. Not kept.
 //!
 //! | state | protected by |
 //! |-------|--------------|
