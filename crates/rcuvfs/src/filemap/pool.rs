@@ -74,7 +74,8 @@
 //! The reclaimer (`sync::reclaim`) trims what sits unused: a cache that
 //! served nothing between two of its visits is emptied into the table,
 //! and when neither the depot nor the table moved either, the depot is
-//! emptied and the table trimmed to a bulk free's lower bounds
+//! emptied, the table trimmed to a bulk free's spare chunks and every
+//! resident free frame purged
 //! ([`Pool::trim_idle`]). The counts it compares are kept under the locks
 //! their paths hold anyway.
 //!
@@ -494,8 +495,8 @@ impl Pool {
     /// Hands back what frees of small files keep resident, as far as it
     /// sat unused since the last call: the frames of every cache that
     /// served nothing since, and, if no frame went through the depot or
-    /// the table since either, the depot and the table's free frames past
-    /// the lower bound of a bulk free. For the reclaimer (`sync::reclaim`),
+    /// the table since either, the depot and every resident free frame of
+    /// the table. For the reclaimer (`sync::reclaim`),
     /// a few times a second: the bounds for churn keep up to 256 MiB for
     /// the next small files, which a program that stopped writing them
     /// would otherwise keep for good.
@@ -527,12 +528,14 @@ impl Pool {
                 }
                 return;
             }
-            if frames.is_empty() && !parked && dirty <= SPARE_FRAMES && spares <= SPARE_CHUNKS {
+            if frames.is_empty() && !parked && dirty == 0 && spares <= SPARE_CHUNKS {
                 return;
             }
             // As a bulk free: the depot empties too, and the lower bounds
-            // apply.
+            // apply; then the rest of the resident free frames go too (an
+            // idle pool keeps none: the next write faults its frames in).
             self.free_table_as(frames, true);
+            purge(&mut self.inner.lock(), 0);
             // Not the program's moves: the next visit may trim again.
             self.saw_now();
         }
