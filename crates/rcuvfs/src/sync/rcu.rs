@@ -34,8 +34,7 @@
 //! would keep 16 threads on two cores to two lists, their objects in
 //! flight an eighth as many; measured, they were slower (`bench short
 //! --threads 16` on 2 cores: 0.95-0.98M jobs/s against 1.02-1.05M; 1
-//! and 2 threads 1-2% lower, at the noise), the lock of a CPU's list shared by
-//! the eight threads that take turns on it. Not kept.
+//! and 2 threads 1-2% lower, at the noise; not profiled). Not kept.
 //!
 //! | state | protected by |
 //! |-------|--------------|
