@@ -107,14 +107,19 @@ fn pool() -> &'static pool::Pool {
 }
 
 /// The reclaimer's visit (`sync::reclaim`): the page caches' retired
-/// objects of idle shards are handed over, and the page pool hands back
-/// what small files' frees keep if it saw no traffic since the last visit.
-pub(crate) fn trim_idle() {
+/// objects of idle shards are handed over (if `rcu`), and the page pool
+/// hands back what small files' frees keep if it saw no traffic since the
+/// last visit.
+pub(crate) fn trim_idle(rcu_too: bool) {
     #[cfg(not(loom))]
     {
-        rcu().flush_idle();
+        if rcu_too {
+            rcu().flush_idle();
+        }
         pool().trim_idle();
     }
+    #[cfg(loom)]
+    let _ = rcu_too;
 }
 
 /// What the page allocator holds now: frames in use, bytes mapped, free

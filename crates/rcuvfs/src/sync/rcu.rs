@@ -573,8 +573,17 @@ impl Rcu {
     /// Hands `items` (taken from `sh`'s list) to seize: entries of
     /// [`ENTRY`] objects, padding, and a reclamation attempt (module doc).
     #[cfg(not(any(loom, feature = "tsan")))]
-    fn hand(&self, sh: &Shard, mut items: Vec<Deferred>, direct: bool, gen: u64) {
+    fn hand(&self, sh: &Shard, items: Vec<Deferred>, direct: bool, gen: u64) {
         let g = self.collector.enter();
+        self.retire_batches(&g, sh, items, direct, gen);
+        self.pad_and_flush(&g);
+    }
+
+    /// Retires `items` (taken from `sh`'s list) to seize as entries of
+    /// [`ENTRY`] objects, without the attempt (`pad_and_flush`) that
+    /// `hand` makes after them.
+    #[cfg(not(any(loom, feature = "tsan")))]
+    fn retire_batches(&self, g: &seize::LocalGuard<'_>, sh: &Shard, mut items: Vec<Deferred>, direct: bool, gen: u64) {
         self.cover(g.thread_id());
         while !items.is_empty() {
             let rest = items.split_off(items.len().min(ENTRY));
@@ -587,7 +596,6 @@ impl Rcu {
             unsafe { self.collector.retire(b, batch_done) };
             items = rest;
         }
-        self.pad_and_flush(&g);
     }
 
     /// Pads this thread's seize batch with one no-op entry per thread that
@@ -649,13 +657,20 @@ impl Rcu {
             if self.dropping.load(std::sync::atomic::Ordering::Relaxed) {
                 return;
             }
-            let (mut handed, mut waiting) = (false, false);
+            // What came back first (outside any read section: a freed
+            // object's destructor may wait for a grace period), so that a
+            // batch home but not yet freed does not count as one that
+            // waits.
+            for sh in self.shards.iter() {
+                self.drain(&sh.0);
+            }
+            let g = self.collector.enter();
+            let mut handed = false;
             for sh in self.shards.iter() {
                 let sh = &sh.0;
                 let idle = sh.with(|pending, gens| {
                     let active = gens.retired != gens.seen;
                     gens.seen = gens.retired;
-                    waiting |= !gens.outstanding.is_empty();
                     if active || pending.is_empty() {
                         return None;
                     }
@@ -665,17 +680,19 @@ impl Rcu {
                     // Not `take_for_hand`: an idle shard needs no room kept.
                     Some((core::mem::take(pending), g))
                 });
-                if let Some((items, g)) = idle {
-                    self.hand(sh, items, false, g);
+                if let Some((items, gen)) = idle {
+                    self.retire_batches(&g, sh, items, false, gen);
                     handed = true;
                 }
-                self.drain(sh);
             }
-            if waiting && !handed {
-                // A batch this thread handed over earlier may still sit in
-                // its own seize batch (an attempt that found more threads
-                // than entries); only its next attempt would flush it.
-                self.pad_and_flush(&self.collector.enter());
+            // One attempt for every shard handed over (one `membarrier`);
+            // or, with none, one if a batch is still out: a batch this
+            // thread retired earlier may sit in its own seize batch (an
+            // attempt that found more threads than entries), and only its
+            // next attempt would flush it.
+            let waiting = || self.shards.iter().any(|sh| sh.0.with(|_, gens| !gens.outstanding.is_empty()));
+            if handed || waiting() {
+                self.pad_and_flush(&g);
             }
         }
     }

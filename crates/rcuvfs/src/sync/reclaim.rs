@@ -37,6 +37,10 @@
 //! |-------|--------------|
 //! | `REGISTRY` (the domains, whether the thread runs) | its mutex |
 //!
+//! A panic in a visit (a destructor of something freed there) is caught
+//! and reported; the thread goes on, so `running` is true exactly while
+//! the one thread runs.
+//!
 //! [`trim_idle`]: crate::filemap::trim_idle
 
 #[cfg(not(any(loom, miri)))]
@@ -82,23 +86,16 @@ pub fn register(rcu: &Arc<Rcu>) {
 #[cfg(any(loom, miri))]
 pub fn register(_rcu: &std::sync::Arc<super::Rcu>) {}
 
-/// Clears `running` if the reclaimer's thread unwinds (a destructor it
-/// ran panicked), so that the next registration starts another.
+/// Runs one visit; a panic in it (a destructor of something it freed)
+/// is reported by the panic hook and does not end the thread, which keeps
+/// visiting the domains still registered.
 #[cfg(not(any(loom, miri)))]
-struct Stopped;
-
-#[cfg(not(any(loom, miri)))]
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).running = false;
-        }
-    }
+fn guarded(visit: impl FnOnce()) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(visit));
 }
 
 #[cfg(not(any(loom, miri)))]
 fn run() {
-    let _stopped = Stopped;
     loop {
         std::thread::sleep(TICK);
         let live: Vec<Arc<Rcu>> = {
@@ -106,19 +103,24 @@ fn run() {
             r.domains.retain(|w| w.strong_count() > 0);
             if r.domains.is_empty() {
                 r.running = false;
-                // The page caches' domain and the pool outlive every Vfs:
-                // one last visit before the thread ends.
+                // The pool outlives every Vfs: one last visit before the
+                // thread ends. Not the page caches' domain: a batch handed
+                // over now could stay in this thread's seize batch, which
+                // nothing flushes once the thread is gone.
                 drop(r);
-                crate::filemap::trim_idle();
+                guarded(|| crate::filemap::trim_idle(false));
                 return;
             }
             r.domains.iter().filter_map(Weak::upgrade).collect()
         };
-        for rcu in live {
-            rcu.flush_idle();
-            // Dropped here, one at a time: if this was the last reference
-            // (its Vfs went meanwhile), the domain drops on this thread.
-        }
-        crate::filemap::trim_idle();
+        guarded(|| {
+            for rcu in live {
+                rcu.flush_idle();
+                // Dropped here, one at a time: if this was the last
+                // reference (its Vfs went meanwhile), the domain drops on
+                // this thread.
+            }
+            crate::filemap::trim_idle(true);
+        });
     }
 }
