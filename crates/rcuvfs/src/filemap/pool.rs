@@ -183,8 +183,10 @@ struct Inner {
     dirty: usize,
     /// Frames in use.
     used: usize,
-    /// Allocations and frees it served, ever (as `Cache::ops`).
+    /// Allocations and frees it served, ever; and the count at the
+    /// reclaimer's last visit (as `Cache::ops`).
     moves: u64,
+    seen: u64,
 }
 
 /// Frames a cache takes from, or gives back to, the depot (or the chunk
@@ -233,8 +235,10 @@ struct Cache {
 #[derive(Default)]
 struct Depot {
     mags: Vec<Vec<Cached>>,
-    /// Pushes and pops, ever (as `Cache::ops`).
+    /// Pushes and pops, ever; and the count at the reclaimer's last
+    /// visit (as `Cache::ops`).
     moves: u64,
+    seen: u64,
 }
 
 /// The frame allocator.
@@ -245,10 +249,6 @@ pub struct Pool {
     caches: Box<[crate::sync::shard::Padded<crate::sync::Mutex<Cache>>]>,
     #[cfg(not(any(loom, miri)))]
     depot: crate::sync::shard::Padded<crate::sync::Mutex<Depot>>,
-    /// The depot's and the table's move counts at the reclaimer's last
-    /// visit (`trim_idle`; only the reclaimer stores them).
-    #[cfg(not(any(loom, miri)))]
-    seen: [std::sync::atomic::AtomicU64; 2],
     /// Frames handed out (a statistic: Relaxed).
     #[cfg(any(loom, miri))]
     used: std::sync::atomic::AtomicUsize,
@@ -282,8 +282,6 @@ impl Pool {
                 .collect(),
             #[cfg(not(any(loom, miri)))]
             depot: crate::sync::shard::Padded(crate::sync::Mutex::new(Depot::default())),
-            #[cfg(not(any(loom, miri)))]
-            seen: Default::default(),
             #[cfg(any(loom, miri))]
             used: std::sync::atomic::AtomicUsize::new(0),
         }
@@ -511,53 +509,39 @@ impl Pool {
                 }
                 c.seen = c.ops;
             }
-            let (depot_moves, parked) = {
-                let d = self.depot.0.lock();
-                (d.moves, !d.mags.is_empty())
+            let (depot_idle, parked) = {
+                let mut d = self.depot.0.lock();
+                let idle = d.moves == d.seen;
+                d.seen = d.moves;
+                (idle, !d.mags.is_empty())
             };
-            let (table_moves, dirty, spares) = {
-                let g = self.inner.lock();
-                (g.moves, g.dirty, g.spares.len())
+            let (table_idle, dirty, spares) = {
+                let mut g = self.inner.lock();
+                let idle = g.moves == g.seen;
+                g.seen = g.moves;
+                (idle, g.dirty, g.spares.len())
             };
-            let idle = self.saw(depot_moves, table_moves);
-            if !idle {
-                if !frames.is_empty() {
-                    // Idle caches of a busy pool: to the table as churn.
-                    self.free_table_as(frames, false);
-                    self.saw_now();
-                }
+            let idle = depot_idle && table_idle;
+            if !idle && frames.is_empty() {
                 return;
             }
-            if frames.is_empty() && !parked && dirty == 0 && spares <= SPARE_CHUNKS {
+            if idle && frames.is_empty() && !parked && dirty == 0 && spares <= SPARE_CHUNKS {
                 return;
             }
-            // As a bulk free: the depot empties too, and the lower bounds
-            // apply; then the rest of the resident free frames go too (an
-            // idle pool keeps none: the next write faults its frames in).
-            self.free_table_as(frames, true);
-            purge(&mut self.inner.lock(), 0);
-            // Not the program's moves: the next visit may trim again.
-            self.saw_now();
+            // Idle caches of a busy pool go to the table as churn; an idle
+            // pool's go as a bulk free (the depot empties too, and the
+            // lower bounds apply), and then the rest of its resident free
+            // frames go too (an idle pool keeps none: the next write
+            // faults its frames in).
+            self.free_table_as(frames, idle);
+            let mut g = self.inner.lock();
+            if idle {
+                purge(&mut g, 0);
+            }
+            // The visit's own move through the table is not the
+            // program's: the next visit may trim again.
+            g.seen = g.moves;
         }
-    }
-
-    /// Whether the depot and the table moved nothing since the last visit
-    /// (`trim_idle`), which now saw these counts.
-    #[cfg(not(any(loom, miri)))]
-    fn saw(&self, depot: u64, table: u64) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
-        let d = self.seen[0].swap(depot, Relaxed) == depot;
-        let t = self.seen[1].swap(table, Relaxed) == table;
-        d && t
-    }
-
-    /// Marks the depot's and the table's counts as seen (after the visit's
-    /// own moves).
-    #[cfg(not(any(loom, miri)))]
-    fn saw_now(&self) {
-        let depot = self.depot.0.lock().moves;
-        let table = self.inner.lock().moves;
-        self.saw(depot, table);
     }
 
     /// Returns frames to the chunk table.

@@ -244,11 +244,19 @@ unsafe fn batch_done(b: *mut Batch, _: &Collector) {
 /// generation (counted outstanding).
 #[cfg(not(any(loom, feature = "tsan")))]
 fn take_for_hand(pending: &mut Vec<Deferred>, gens: &mut Gens) -> (Vec<Deferred>, u64) {
-    let g = gens.current;
-    gens.pending_bytes = 0;
-    *gens.outstanding.entry(g).or_default() += pending.len().div_ceil(ENTRY);
+    let g = note_handed(pending.len(), gens);
     let cap = pending.capacity();
     (core::mem::replace(pending, Vec::with_capacity(cap)), g)
+}
+
+/// Counts `n` objects about to be handed over (as `hand` splits them into
+/// batches) in the shard's current generation, which it returns.
+#[cfg(not(any(loom, feature = "tsan")))]
+fn note_handed(n: usize, gens: &mut Gens) -> u64 {
+    let g = gens.current;
+    gens.pending_bytes = 0;
+    *gens.outstanding.entry(g).or_default() += n.div_ceil(ENTRY);
+    g
 }
 
 /// A no-op callback (a sentinel that makes a batch non-empty).
@@ -674,11 +682,9 @@ impl Rcu {
                     if active || pending.is_empty() {
                         return None;
                     }
-                    let g = gens.current;
-                    gens.pending_bytes = 0;
-                    *gens.outstanding.entry(g).or_default() += pending.len().div_ceil(ENTRY);
+                    let gen = note_handed(pending.len(), gens);
                     // Not `take_for_hand`: an idle shard needs no room kept.
-                    Some((core::mem::take(pending), g))
+                    Some((core::mem::take(pending), gen))
                 });
                 if let Some((items, gen)) = idle {
                     self.retire_batches(&g, sh, items, false, gen);

@@ -68,6 +68,9 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry { domains: Vec::new(), ru
 #[cfg(not(any(loom, miri)))]
 pub fn register(rcu: &Arc<Rcu>) {
     let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    // Only live domains are searched: a program that builds Vfs after Vfs
+    // would otherwise search all it built within a tick.
+    r.domains.retain(|w| w.strong_count() > 0);
     // Once per domain: a memfs outlives its first Vfs and may serve
     // another, and a domain visited twice a tick would look idle to the
     // second visit (its counts just seen) and have every list handed over.
