@@ -19,6 +19,7 @@
 //! | `writer`          | every change: the index, page contents, `size`, accounting |
 //! | `Page::seq`       | a page's words: written inside a write section        |
 //! | RCU (`rcu()`)     | an index or page a reader reached stays allocated until the reader leaves |
+//! | the inode's open count | an orphan's pages, freed at once (`drop_unread`) once no file has them open and none can open them |
 //!
 //! Order: `writer`, then (mutex/rwlock modes) `mode_lock`.
 //!
@@ -443,6 +444,10 @@ pub struct PageCache {
     index: AtomicPtr<Index>,
     acct: Option<Accounting>,
     w: WriterSide,
+    /// loom: whether `drop_unread` freed pages with no grace period (the
+    /// orphan models check it never does while another holds the cache).
+    #[cfg(loom)]
+    pub(crate) dropped_unread: std::sync::atomic::AtomicBool,
 }
 
 /// The fields writers change, on cache lines of their own.
@@ -473,6 +478,8 @@ impl PageCache {
             shrinks: AtomicU64::new(0),
             index: AtomicPtr::new(Index::initial()),
             w: WriterSide { writer: Mutex::new(()), mode_lock: std::sync::RwLock::new(()), pages: AtomicU64::new(0) },
+            #[cfg(loom)]
+            dropped_unread: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -823,6 +830,42 @@ impl PageCache {
         unsafe { retire_pages(gone) };
         self.w.pages.fetch_sub(freed, Ordering::Relaxed);
         self.charge(-(freed as i64))
+    }
+
+    /// Empties the cache and frees its pages at once, with no grace period:
+    /// an orphaned file's data as its last name, open or lookup goes
+    /// (`Inode::drop_data_if_orphaned`), as the kernel's `evict` truncates
+    /// a deleted inode's pages before the inode waits for its own grace
+    /// period. Its frames go back to this thread's cache while they are
+    /// still in this core's caches, and the next small file gets them hot.
+    /// The cache itself stays (empty) until its inode goes.
+    ///
+    /// # Safety
+    /// No lockless reader is reading it, and none can start: every reader
+    /// reaches a cache through a file it opened or a count it holds (see
+    /// the caller), and none is left.
+    pub(crate) unsafe fn drop_unread(&self) {
+        let _w = self.w.writer.lock();
+        let _m =
+            (self.mode != CacheMode::Lockless).then(|| self.w.mode_lock.write().unwrap_or_else(|e| e.into_inner()));
+        // As a truncate to 0 publishes it, though no reader is left to see it.
+        self.size.store(0, Ordering::Release);
+        self.shrinks.fetch_add(1, Ordering::Release);
+        // SAFETY: only writers replace the index.
+        let index = unsafe { &*self.index.load(Ordering::Relaxed) };
+        let gone: Vec<_> = index
+            .slots
+            .iter()
+            .map(|s| s.swap(std::ptr::null_mut(), Ordering::Relaxed))
+            .filter(|p| !p.is_null())
+            .collect();
+        let freed = gone.len() as u64;
+        #[cfg(loom)]
+        self.dropped_unread.store(freed > 0, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: out of the index, and the caller's contract: no reader.
+        unsafe { free_pages(gone) };
+        self.w.pages.fetch_sub(freed, Ordering::Relaxed);
+        let _ = self.charge(-(freed as i64));
     }
 
     fn charge(&self, pages: i64) -> Result<()> {

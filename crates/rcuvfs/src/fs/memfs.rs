@@ -280,18 +280,12 @@ const BYTE_CHUNK: u64 = 64 * PAGE as u64;
 
 impl Usage {
     fn inode_freed(&self, i: &Inode) {
-        // A large file's data goes now, not with the inode at the end of
-        // its grace period (which waits for this shard's reclamation batch
-        // to fill): as the kernel's evict truncates the pages of a deleted
-        // inode. Nothing can open the inode any more; a reader that reached
-        // it under RCU reads a shorter file, which is already gone. A small
-        // file's goes with the inode (its page cache's drop frees it,
-        // refunded then): one retirement less per small file.
-        if let Some(pc) = i.data_if_any() {
-            if pc.pages() >= crate::filemap::EXPEDITE_PAGES as u64 {
-                let _ = pc.set_len(0);
-            }
-        }
+        // Its data goes now, not with the inode at the end of its grace
+        // period (which waits for this shard's reclamation batch to fill):
+        // as the kernel's evict truncates the pages of a deleted inode.
+        // Nothing can open the inode any more; a read by number that found
+        // it before counts as an open (then the data goes with the inode).
+        i.drop_data_unless_open();
         self.inodes.refund(1);
         let mut bytes = i.link().map_or(0, |t| t.len() as u64);
         bytes += i.xattr_bytes_when_freed();
@@ -1191,7 +1185,9 @@ impl FileSystem for MemFs {
         if i.kind != FileType::File {
             return Err(Self::not_a_file(i));
         }
-        let n = i.data_if_any().map_or(0, |pc| pc.read(offset, buf));
+        // Counted as an open file: an orphan's data is freed at once once
+        // nothing counted has it (`Inode::drop_data_if_orphaned`).
+        let n = i.read_unopened(|| i.data_if_any().map_or(0, |pc| pc.read(offset, buf))).unwrap_or(0);
         let t = now();
         if self.atime_due(i, &g, t) {
             i.touch_atime(t);
@@ -1251,7 +1247,10 @@ impl FileSystem for MemFs {
     fn page_cache(&self, ino: Ino) -> Option<Arc<PageCache>> {
         let g = self.rcu().read_lock();
         let i = self.get(&g, ino).ok()?;
-        (i.kind == FileType::File).then(|| i.data_arc(|| self.new_page_cache()))
+        if i.kind != FileType::File {
+            return None;
+        }
+        i.data_arc_unless_gone(|| self.new_page_cache())
     }
 
     fn statfs(&self) -> Result<StatFs> {
