@@ -430,3 +430,44 @@ fn an_invalidated_directory_keeps_one_dentry() {
         v.check_invariants().unwrap();
     }
 }
+
+/// An open racing a rename over its name always opens a file: the one
+/// the name had or the one it has now, never ENOENT. A large file's data
+/// goes at its last link (for its space), so the file a walk found could
+/// lose it before the open counted itself, and the open failed with
+/// ENOENT although the name never stopped existing (the kernel's tmpfs
+/// never fails there). The open now walks again.
+#[test]
+fn an_open_racing_a_rename_over_a_large_file_finds_a_file() {
+    use std::io::Read;
+    let v = Vfs::new();
+    let big = vec![3u8; (1 << 20) + 4096];
+    v.write("/f", &big).unwrap();
+    let done = AtomicBool::new(false);
+    let (opens, missing) = thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..scaled(300) {
+                v.write("/tmp", &big).unwrap();
+                v.rename("/tmp", "/f").unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        let (mut opens, mut missing) = (0u64, 0u64);
+        while !done.load(Ordering::Relaxed) {
+            match v.open("/f", OpenOptions::new().read(true)) {
+                Ok(mut f) => {
+                    let mut b = [0u8; 1];
+                    assert_eq!(f.read(&mut b).unwrap(), 1);
+                    assert_eq!(b[0], 3, "bytes nobody wrote");
+                }
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+                    missing += 1;
+                }
+            }
+            opens += 1;
+        }
+        (opens, missing)
+    });
+    assert_eq!(missing, 0, "{missing} of {opens} opens of a name that always existed failed with ENOENT");
+}

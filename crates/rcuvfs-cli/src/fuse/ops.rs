@@ -268,7 +268,19 @@ impl fuser::Filesystem for Server {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = (|| {
             let e = self.entry(ino)?;
-            let f = self.view(req).open_entry(&e, &OpenOptions::from_flags(flags.0)).map_err(errno)?;
+            let f = self.view(req).open_entry(&e, &OpenOptions::from_flags(flags.0)).map_err(|err| {
+                // The node lost its last name and its data after the kernel
+                // looked it up for this open (a large file's go at once): a
+                // rename over the name, or an unlink, in between. ESTALE
+                // makes the kernel walk again with the name revalidated
+                // (`do_filp_open`'s LOOKUP_REVAL retry), finding the file
+                // that has the name now, or none (ENOENT then).
+                if err.raw_os_error() == Some(libc::ENOENT) && e.metadata().is_ok_and(|m| m.nlink() == 0) {
+                    Errno::ESTALE
+                } else {
+                    errno(err)
+                }
+            })?;
             let backing = self.backing(&e, |fd| reply.open_backing(fd));
             Ok((self.add_open(f, &e, flags.0, backing.clone())?, backing))
         })();

@@ -1186,8 +1186,13 @@ impl FileSystem for MemFs {
             return Err(Self::not_a_file(i));
         }
         // Counted as an open file: an orphan's data is freed at once once
-        // nothing counted has it (`Inode::drop_data_if_orphaned`).
-        let n = i.read_unopened(|| i.data_if_any().map_or(0, |pc| pc.read(offset, buf))).unwrap_or(0);
+        // nothing counted has it (`Inode::drop_data_unless_open`). A file
+        // never written has no pages to protect, and its read (the VFS's,
+        // of an empty file it has open) writes nothing shared.
+        let n = match i.data_if_any() {
+            None => 0,
+            Some(pc) => i.read_unopened(|| pc.read(offset, buf)).unwrap_or(0),
+        };
         let t = now();
         if self.atime_due(i, &g, t) {
             i.touch_atime(t);

@@ -7,11 +7,15 @@ use std::path::Path;
 use super::{bytes, Begun, DirPin, Entry, Named, Start, StateRef, Vfs, VfsState};
 use crate::cred::{MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::dcache::DRef;
-use crate::error::{fail, Result, EACCES, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT};
+use crate::error::{errno_of, fail, Result, EACCES, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT};
 use crate::file::{File, OpenOptions};
 use crate::fs::memfs::AtimePolicy;
 use crate::fs::{FileType, SetAttr};
 use crate::inode::Inode;
+
+/// Walks an open makes again when the file it found lost its data first
+/// (see `open_once`).
+const GONE_RETRIES: u32 = 8;
 use crate::mount::Mount;
 use crate::namei::{check_path, RefWalk};
 
@@ -45,13 +49,45 @@ impl Vfs {
         opts.validate()?;
         check_path(path)?;
         let _g = self.state.global();
-        let (w, d, created) = if opts.create_any() {
-            self.open_create(self.begin_named(start, path)?, opts)?
-        } else {
-            let (w, d) = self.begin_walk(start, path, !opts.nofollow)?;
-            (w, d, false)
-        };
-        self.finish_open(w.mnt(), d.inode().expect("positive"), opts, created)
+        let mut tries = 0;
+        loop {
+            let (w, d, created) = if opts.create_any() {
+                self.open_create(self.begin_named(start, path)?, opts)?
+            } else if tries > 0 {
+                // Again, under the name's lock: a rename over the name holds
+                // it until the name shows its new file.
+                match self.begin_named(start, path)? {
+                    Begun::Named(n) if !n.trailing => {
+                        if n.child.inode().is_none() {
+                            return fail(ENOENT);
+                        }
+                        self.open_create(Begun::Named(n), opts)?
+                    }
+                    _ => {
+                        let (w, d) = self.begin_walk(start, path, !opts.nofollow)?;
+                        (w, d, false)
+                    }
+                }
+            } else {
+                let (w, d) = self.begin_walk(start, path, !opts.nofollow)?;
+                (w, d, false)
+            };
+            let inode = d.inode().expect("positive");
+            match self.finish_open(w.mnt(), inode, opts, created) {
+                // The file the walk found lost its last name and its data
+                // (a large file's go at once) before the open counted
+                // itself: renamed over or unlinked in between. The name is
+                // another file now, or none: look it up again under its
+                // lock, as the kernel's open walks again on ESTALE. Each
+                // retry follows a completed unlink or rename; the bound is
+                // for a name renamed over without end.
+                Err(e) if inode.data_gone() && tries < GONE_RETRIES => {
+                    debug_assert_eq!(errno_of(&e), ENOENT);
+                    tries += 1;
+                }
+                r => return r,
+            }
+        }
     }
 
     /// Finds or creates the file to open (`path_openat`'s walk).

@@ -173,6 +173,27 @@ impl Vfs {
         check_path(path)?;
         let _g = self.state.global();
         let (w, d) = self.begin_walk(start, path, follow)?;
+        if d.inode().is_some_and(|i| i.data_gone()) {
+            // A file that lost its last name and its data while the walk
+            // found it (a rename over the name, or an unlink, in progress):
+            // no handle of it could be opened (FUSE opens what it looked
+            // up). Look again under the name's lock, which such a rename
+            // holds until the name shows its new file.
+            drop((w, d));
+            if let Begun::Named(n) = self.begin_named(start, path)? {
+                match n.child.inode() {
+                    _ if n.trailing => {}
+                    None => return crate::error::fail(libc::ENOENT),
+                    Some(i) if !follow || i.kind != crate::fs::FileType::Symlink => {
+                        let Named { child, w, .. } = n;
+                        return Ok(Entry::from_ref(&self.state, self.dc().mntget(w.mnt()), child));
+                    }
+                    Some(_) => {}
+                }
+            }
+            let (w, d) = self.begin_walk(start, path, follow)?;
+            return Ok(Entry::from_ref(&self.state, self.dc().mntget(w.mnt()), d));
+        }
         Ok(Entry::from_ref(&self.state, self.dc().mntget(w.mnt()), d))
     }
 
