@@ -375,7 +375,12 @@ impl Rcu {
     }
 
     /// Enters a read-side critical section (`rcu_read_lock`). Reentrant.
-    #[inline]
+    ///
+    /// Always inlined: as a call (the compiler kept a few out-of-line
+    /// copies), seize's guard went through the stack and its 16-byte reload
+    /// missed store forwarding; a create and unlink took 4-5% longer and
+    /// `short` 7% (`bench create-private short --threads 1,2`, 2026-11-26).
+    #[inline(always)]
     pub fn read_lock(&self) -> RcuGuard<'_> {
         #[cfg(loom)]
         {
