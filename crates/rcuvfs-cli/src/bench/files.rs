@@ -7,7 +7,12 @@
 //! (a grace period, so that what they retired, such as an index's old
 //! table, is freed, and the allocator handed back its free pages); for the
 //! `host` peer (the same syscalls on the host's tmpfs) the growth of the
-//! kernel's slab, where the kernel keeps its dentries and inodes.
+//! kernel's slab, where the kernel keeps its dentries and inodes. Between
+//! the stats and the unlinks it also stats names that were never created
+//! (up to [`MISSES_MAX`], one per file): ns per miss. What the negative
+//! dentries they leave cost is measured in a process of its own
+//! (`cargo run --release --example negative`): here the RSS would not
+//! grow while the allocator reuses what the creates' settling freed.
 
 use std::path::Path;
 use std::time::Instant;
@@ -18,6 +23,11 @@ use super::subject::{HostSubject, Subject, VfsSubject};
 
 /// Directories the files are spread over.
 const DIRS: usize = 1000;
+
+/// Names that do not exist looked up per run, at most: below the Vfs's
+/// default bound on negative dentries (a quarter of its dcache target), so
+/// that the shrinker frees none meanwhile.
+const MISSES_MAX: usize = 200_000;
 
 #[derive(Serialize, Clone)]
 pub struct FilesRow {
@@ -34,6 +44,9 @@ pub struct FilesRow {
     pub bytes_per_file_settled: f64,
     /// What `bytes_per_file` measures.
     pub memory: &'static str,
+    /// ns per lookup of a name that does not exist (a stat that fails,
+    /// leaving a negative dentry), in the directories of the files.
+    pub miss_ns: f64,
 }
 
 fn rss() -> u64 {
@@ -59,6 +72,13 @@ fn path_of(buf: &mut String, root: &str, i: usize) {
     use std::fmt::Write;
     buf.clear();
     let _ = write!(buf, "{root}/d{}/f{i}", i % DIRS);
+}
+
+/// The path of the `i`th name that is never created, as long as file `i`'s.
+fn missing_of(buf: &mut String, i: usize) {
+    use std::fmt::Write;
+    buf.clear();
+    let _ = write!(buf, "/d{}/m{i}", i % DIRS);
 }
 
 fn per_file(t: Instant, n: usize) -> f64 {
@@ -91,6 +111,16 @@ fn run_on<S: Subject>(s: &S, mode: &str, n: usize, memory: (fn() -> u64, &'stati
         s.stat(&p)?;
     }
     let stat_ns = per_file(t, n);
+    let misses = n.min(MISSES_MAX);
+    let t = Instant::now();
+    for i in 0..misses {
+        missing_of(&mut name, i);
+        s.path_into(&name, &mut p);
+        if s.stat(&p).is_ok() {
+            return Err(std::io::Error::other(format!("{name} was never created, yet a stat found it")));
+        }
+    }
+    let miss_ns = per_file(t, misses);
     let t = Instant::now();
     for i in 0..n {
         path_of(&mut name, "", i);
@@ -107,6 +137,7 @@ fn run_on<S: Subject>(s: &S, mode: &str, n: usize, memory: (fn() -> u64, &'stati
         bytes_per_file: bytes,
         bytes_per_file_settled: settled,
         memory: memory.1,
+        miss_ns,
     })
 }
 
@@ -157,8 +188,8 @@ pub fn sweep(
 ) -> std::io::Result<Vec<FilesRow>> {
     println!("\nfiles: one thread creates N empty files in {DIRS} directories, stats each once, unlinks each");
     println!(
-        "{:<10} {:>10} {:>12} {:>10} {:>12} {:>10} {:>10}  memory",
-        "mode", "files", "create ns", "stat ns", "unlink ns", "B/file", "settled"
+        "{:<10} {:>10} {:>12} {:>10} {:>12} {:>10} {:>10} {:>9}  memory",
+        "mode", "files", "create ns", "stat ns", "unlink ns", "B/file", "settled", "miss ns"
     );
     let mut rows = Vec::new();
     for &n in sizes {
@@ -177,9 +208,10 @@ pub fn sweep(
                 bytes_per_file: runs.iter().map(|r| r.bytes_per_file).fold(0.0, f64::max),
                 bytes_per_file_settled: runs.iter().map(|r| r.bytes_per_file_settled).fold(0.0, f64::max),
                 memory: runs[0].memory,
+                miss_ns: med(|r| r.miss_ns),
             };
             println!(
-                "{:<10} {:>10} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>10.0}  {}",
+                "{:<10} {:>10} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>10.0} {:>9.0}  {}",
                 r.mode,
                 r.files,
                 r.create_ns,
@@ -187,6 +219,7 @@ pub fn sweep(
                 r.unlink_ns,
                 r.bytes_per_file,
                 r.bytes_per_file_settled,
+                r.miss_ns,
                 r.memory
             );
             rows.push(r);
