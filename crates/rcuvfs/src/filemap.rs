@@ -818,23 +818,37 @@ impl PageCache {
                 page.seq.write_end();
             }
         }
-        let mut gone = Vec::new();
-        for s in index.slots.iter().skip(keep) {
-            let p = s.swap(std::ptr::null_mut(), Ordering::Release);
-            if !p.is_null() {
-                gone.push(p);
-            }
-        }
-        let freed = gone.len() as u64;
+        let gone = Self::unpublish(index, keep);
+        let freed = gone.len();
         // SAFETY: unreachable now; readers are waited out.
         unsafe { retire_pages(gone) };
-        self.w.pages.fetch_sub(freed, Ordering::Relaxed);
-        self.charge(-(freed as i64))
+        self.uncount(freed)
+    }
+
+    /// Takes the pages at and past slot `from` out of `index` (under
+    /// `writer`), for the caller to free or retire.
+    fn unpublish(index: &Index, from: usize) -> Vec<*mut Page> {
+        // Release: as every store of a slot (a reader that loads the null
+        // slot reads a hole, after what came before).
+        index
+            .slots
+            .iter()
+            .skip(from)
+            .map(|s| s.swap(std::ptr::null_mut(), Ordering::Release))
+            .filter(|p| !p.is_null())
+            .collect()
+    }
+
+    /// Uncounts `n` pages taken out of the index, refunded.
+    fn uncount(&self, n: usize) -> Result<()> {
+        self.w.pages.fetch_sub(n as u64, Ordering::Relaxed);
+        self.charge(-(n as i64))
     }
 
     /// Empties the cache and frees its pages at once, with no grace period:
-    /// an orphaned file's data as its last name, open or lookup goes
-    /// (`Inode::drop_data_if_orphaned`), as the kernel's `evict` truncates
+    /// an orphaned file's data (`Inode::drop_data_unless_open`: as its
+    /// last name, open or lookup goes, or as memfs frees the inode), as
+    /// the kernel's `evict` truncates
     /// a deleted inode's pages before the inode waits for its own grace
     /// period. Its frames go back to this thread's cache while they are
     /// still in this core's caches, and the next small file gets them hot.
@@ -852,20 +866,14 @@ impl PageCache {
         self.size.store(0, Ordering::Release);
         self.shrinks.fetch_add(1, Ordering::Release);
         // SAFETY: only writers replace the index.
-        let index = unsafe { &*self.index.load(Ordering::Relaxed) };
-        let gone: Vec<_> = index
-            .slots
-            .iter()
-            .map(|s| s.swap(std::ptr::null_mut(), Ordering::Relaxed))
-            .filter(|p| !p.is_null())
-            .collect();
-        let freed = gone.len() as u64;
+        let gone = Self::unpublish(unsafe { &*self.index.load(Ordering::Relaxed) }, 0);
+        let freed = gone.len();
         #[cfg(loom)]
         self.dropped_unread.store(freed > 0, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: out of the index, and the caller's contract: no reader.
         unsafe { free_pages(gone) };
-        self.w.pages.fetch_sub(freed, Ordering::Relaxed);
-        let _ = self.charge(-(freed as i64));
+        // A refund cannot fail.
+        let _ = self.uncount(freed);
     }
 
     fn charge(&self, pages: i64) -> Result<()> {

@@ -53,23 +53,12 @@ impl Vfs {
         loop {
             let (w, d, created) = if opts.create_any() {
                 self.open_create(self.begin_named(start, path)?, opts)?
-            } else if tries > 0 {
-                // Again, under the name's lock: a rename over the name holds
-                // it until the name shows its new file.
-                match self.begin_named(start, path)? {
-                    Begun::Named(n) if !n.trailing => {
-                        if n.child.inode().is_none() {
-                            return fail(ENOENT);
-                        }
-                        self.open_create(Begun::Named(n), opts)?
-                    }
-                    _ => {
-                        let (w, d) = self.begin_walk(start, path, !opts.nofollow)?;
-                        (w, d, false)
-                    }
-                }
             } else {
-                let (w, d) = self.begin_walk(start, path, !opts.nofollow)?;
+                let (w, d) = if tries == 0 {
+                    self.begin_walk(start, path, !opts.nofollow)?
+                } else {
+                    self.begin_walk_locked(start, path, !opts.nofollow)?
+                };
                 (w, d, false)
             };
             let inode = d.inode().expect("positive");

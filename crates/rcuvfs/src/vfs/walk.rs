@@ -172,29 +172,44 @@ impl Vfs {
     pub(super) fn entry_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Entry> {
         check_path(path)?;
         let _g = self.state.global();
-        let (w, d) = self.begin_walk(start, path, follow)?;
-        if d.inode().is_some_and(|i| i.data_gone()) {
+        let (w, d) = match self.begin_walk(start, path, follow)? {
             // A file that lost its last name and its data while the walk
             // found it (a rename over the name, or an unlink, in progress):
             // no handle of it could be opened (FUSE opens what it looked
-            // up). Look again under the name's lock, which such a rename
-            // holds until the name shows its new file.
-            drop((w, d));
-            if let Begun::Named(n) = self.begin_named(start, path)? {
-                match n.child.inode() {
-                    _ if n.trailing => {}
-                    None => return crate::error::fail(libc::ENOENT),
-                    Some(i) if !follow || i.kind != crate::fs::FileType::Symlink => {
-                        let Named { child, w, .. } = n;
-                        return Ok(Entry::from_ref(&self.state, self.dc().mntget(w.mnt()), child));
-                    }
-                    Some(_) => {}
-                }
+            // up).
+            (w, d) if d.inode().is_some_and(|i| i.data_gone()) => {
+                drop((w, d));
+                self.begin_walk_locked(start, path, follow)?
             }
-            let (w, d) = self.begin_walk(start, path, follow)?;
-            return Ok(Entry::from_ref(&self.state, self.dc().mntget(w.mnt()), d));
-        }
+            wd => wd,
+        };
         Ok(Entry::from_ref(&self.state, self.dc().mntget(w.mnt()), d))
+    }
+
+    /// `begin_walk` again, for a caller whose file lost its last name and
+    /// its data between its walk and its use: the last name is looked up
+    /// under its lock, which a rename over it or an unlink holds until the
+    /// name shows its new file, or none (ENOENT). A last component that is
+    /// a symlink to follow, or one with a trailing slash, is walked as
+    /// usual.
+    pub(super) fn begin_walk_locked<'a>(
+        &'a self,
+        start: Start<'a>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<(RefWalk<'a>, DRef<'a>)> {
+        if let Begun::Named(n) = self.begin_named(start, path)? {
+            match n.child.inode() {
+                _ if n.trailing => {}
+                None => return crate::error::fail(libc::ENOENT),
+                Some(i) if !follow || i.kind != crate::fs::FileType::Symlink => {
+                    let Named { child, w, .. } = n;
+                    return Ok((w, child));
+                }
+                Some(_) => {}
+            }
+        }
+        self.begin_walk(start, path, follow)
     }
 
     /// Runs an update again, a few times, while it answers ESTALE because
