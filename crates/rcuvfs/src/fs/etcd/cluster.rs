@@ -32,8 +32,47 @@ pub struct LocalCluster {
     token: String,
 }
 
-/// A free loopback port (bound, noted, released).
+/// A free loopback port for a member to listen on.
+///
+/// Not one the kernel picks (`bind` to port 0): those come from the
+/// ephemeral range, the range every outgoing connection's local port comes
+/// from too, and between the moment this function releases the port and the
+/// moment etcd binds it, a client's connection (to another member, another
+/// test's cluster) could take it; the member then exits with "address
+/// already in use" (seen in CI, once in many runs). So the port is drawn
+/// below the ephemeral range (`ip_local_port_range`), checked free by
+/// binding it, and never handed out twice by this process.
 fn free_port() -> Result<u16> {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse::<u32>().ok()))
+        .unwrap_or(32768);
+    let (low, high) = (20_000u32, ephemeral_low.min(u32::from(u16::MAX)));
+    if high > low + 1000 {
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        let given = given.get_or_insert_with(HashSet::new);
+        let mut x = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
+            as u64
+            ^ u64::from(std::process::id()) << 32
+            | 1;
+        for _ in 0..1000 {
+            // xorshift64: a different draw in each process and call.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let port = (low + (x % u64::from(high - low)) as u32) as u16;
+            if given.contains(&port) {
+                continue;
+            }
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.insert(port);
+                return Ok(port);
+            }
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -73,7 +112,21 @@ fn remove_dead(base: &Path) {
 impl LocalCluster {
     /// Starts `n` members (1 or 3 for tests) and waits until the cluster
     /// answers.
+    ///
+    /// A member that exits at once (a port taken by another process
+    /// between the draw and etcd's bind) makes it try again, on other
+    /// ports, twice; the error of the last try carries the member's log.
     pub fn start(n: usize) -> Result<LocalCluster> {
+        let mut tries = 0;
+        loop {
+            match Self::start_once(n) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound && tries < 2 => tries += 1,
+                r => return r,
+            }
+        }
+    }
+
+    fn start_once(n: usize) -> Result<LocalCluster> {
         let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
         let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let token = format!("rcuvfs-{}-{stamp}", std::process::id());
@@ -160,10 +213,21 @@ impl LocalCluster {
             for m in &mut self.members {
                 if let Some(c) = &mut m.child {
                     if let Ok(Some(status)) = c.try_wait() {
+                        // The directory goes with the cluster: the log's
+                        // end travels in the error.
+                        let log = std::fs::read_to_string(self.dir.join(format!("{}.log", m.name))).unwrap_or_default();
+                        let tail: String = log
+                            .lines()
+                            .rev()
+                            .take(5)
+                            .collect::<Vec<_>>()
+                            .into_iter()
+                            .rev()
+                            .collect::<Vec<_>>()
+                            .join("\n");
                         return Err(std::io::Error::other(format!(
-                            "etcd member {} exited ({status}); log in {}",
+                            "etcd member {} exited ({status}); its log ends:\n{tail}",
                             m.name,
-                            self.dir.display()
                         )));
                     }
                     all &= healthy(m.client);
