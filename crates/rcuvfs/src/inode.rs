@@ -52,7 +52,7 @@ use crate::fs::{Attr, FileSystem, FileType, Ino, Timespec};
 use crate::sync::index::{Index, InsertError, Probe};
 use crate::sync::list_batch::{InodeList, Link, ListMode};
 use crate::sync::lockref::DEAD;
-use crate::sync::shard::{Padded, SHARDS};
+use crate::sync::shard::{Padded, THREAD_SHARDS};
 use crate::sync::{Lockref, Rcu, SeqLock};
 
 /// The three times, as atomics: seconds and nanoseconds apart (one 40-byte
@@ -950,7 +950,7 @@ impl Super {
 pub(crate) const INO_CHUNK: u64 = 1024;
 
 fn new_parts() -> Box<[Padded<Index<Inode, true>>]> {
-    (0..SHARDS).map(|_| Padded(Index::new_sharded())).collect()
+    (0..THREAD_SHARDS).map(|_| Padded(Index::new_sharded())).collect()
 }
 
 /// What an owned table calls as it frees each inode.
@@ -1011,12 +1011,12 @@ impl InodeTable {
     }
 
     /// The partition that holds inode `ino`: by chunk for an owned table
-    /// (memfs gives shard `s` the chunks `k * SHARDS + s`), by hash for
+    /// (memfs gives shard `s` the chunks `k * THREAD_SHARDS + s`), by hash for
     /// copies.
     #[inline]
     fn part(&self, ino: Ino) -> &Index<Inode, true> {
         let k = if self.owned { (ino / INO_CHUNK) as usize } else { (ino_hash(ino) >> 40) as usize };
-        &self.parts[k % SHARDS]
+        &self.parts[k % THREAD_SHARDS]
     }
 
     /// The inode numbered `ino`, live at the time of the probe; the caller

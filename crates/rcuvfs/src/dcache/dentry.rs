@@ -146,7 +146,7 @@ pub const ON_LRU: u32 = 16;
 /// Something is mounted here (changed under the namespace lock).
 pub const MOUNTED: u32 = 32;
 pub(crate) const LRU_SHARD_SHIFT: u32 = 8;
-pub(crate) const LRU_SHARD_MASK: u32 = 0xf << LRU_SHARD_SHIFT;
+pub(crate) const LRU_SHARD_MASK: u32 = 0x3f << LRU_SHARD_SHIFT;
 
 /// Links of an LRU shard's list, touched only under that shard's lock.
 pub(super) struct LruLinks {

@@ -14,7 +14,7 @@ use std::ptr;
 use super::dentry::{Dentry, LRU_SHARD_MASK, LRU_SHARD_SHIFT, ON_LRU, REFERENCED, ROOT};
 use super::{mark_referenced, Dcache};
 use crate::sync::atomic::Ordering;
-use crate::sync::shard::{self, Padded, SHARDS};
+use crate::sync::shard::{self, Padded, THREAD_SHARDS as SHARDS};
 use crate::sync::{LockrefGuard, Mutex};
 
 /// One shard's list of unused dentries, oldest first.
@@ -122,7 +122,7 @@ impl Dcache {
             mark_referenced(d);
             return;
         }
-        let s = shard::current();
+        let s = shard::thread();
         let mut lru = self.lrus.shards[s].0.lock();
         d.flags.fetch_and(!LRU_SHARD_MASK, Ordering::Relaxed);
         d.flags.fetch_or(ON_LRU | REFERENCED | (s as u32) << LRU_SHARD_SHIFT, Ordering::Relaxed);
@@ -175,7 +175,7 @@ impl Dcache {
     /// `dput` that holds one and wants the other. A busy dentry is rotated.
     pub fn shrink(&self, want: usize, negatives_only: bool) {
         let mut freed = 0;
-        let first = shard::current();
+        let first = shard::thread();
         for k in 0..SHARDS {
             if freed >= want {
                 return;

@@ -67,7 +67,7 @@ use crate::inode::{Inode, InodeTable, Super};
 use crate::sync::atomic::{prefetch, AtomicPtr, Ordering};
 use crate::sync::index::{Index, Indexed, InsertError, Locked, Probe};
 use crate::sync::list_batch::ListMode;
-use crate::sync::shard::{Budget, Padded, SHARDS};
+use crate::sync::shard::{Budget, Padded, THREAD_SHARDS};
 use crate::sync::{Rcu, RcuGuard};
 use crate::time::now;
 
@@ -377,7 +377,7 @@ impl MemFs {
             bound: std::sync::atomic::AtomicPtr::new(ptr::null_mut()),
             table,
             root,
-            next_ino: (0..SHARDS).map(|_| Padded(Default::default())).collect(),
+            next_ino: (0..THREAD_SHARDS).map(|_| Padded(Default::default())).collect(),
             usage,
             acct,
         }
@@ -507,7 +507,7 @@ impl MemFs {
     /// that creates on different threads share no line.
     fn next_ino(&self) -> Ino {
         use std::sync::atomic::Ordering::Relaxed;
-        let shard = crate::sync::shard::current();
+        let shard = crate::sync::shard::thread();
         let (s, taken) = &self.next_ino[shard].0;
         let mut v = s.load(Relaxed);
         loop {
@@ -516,7 +516,7 @@ impl MemFs {
                 // chunk lost to a racing thread of the same shard is only
                 // numbers.
                 let k = taken.fetch_add(1, Relaxed) + 1;
-                let c = (k * SHARDS as u64 + shard as u64) * INO_CHUNK;
+                let c = (k * THREAD_SHARDS as u64 + shard as u64) * INO_CHUNK;
                 match s.compare_exchange(v, c + 1, Relaxed, Relaxed) {
                     Ok(_) => return c,
                     Err(x) => v = x,

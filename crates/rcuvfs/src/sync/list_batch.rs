@@ -320,13 +320,13 @@ unsafe impl Sync for InodeList {}
 /// created files in had its list links, on the line its lookups read,
 /// written by whichever thread's inode came and went next to it.
 fn current_cpu() -> usize {
-    super::shard::current()
+    super::shard::thread()
 }
 
 impl InodeList {
     pub fn new(mode: ListMode) -> InodeList {
         let n = match mode {
-            ListMode::PerCpu => super::shard::SHARDS,
+            ListMode::PerCpu => super::shard::THREAD_SHARDS,
             _ => 1,
         };
         InodeList { mode, shards: (0..n).map(|_| Shard::new()).collect() }
