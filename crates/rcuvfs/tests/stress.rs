@@ -244,3 +244,55 @@ fn names_pruned_from_the_dcache_are_found_again_right() {
     let cached = v.stats().dentries;
     assert!(cached < (dirs * per) as i64 / 4, "{cached} dentries: the target did not prune");
 }
+
+/// A thousand threads start at once, each creates and unlinks files in a
+/// directory of its own and exits; then the `Vfs` drops. Its drop waits for
+/// every object retired before it (`Rcu::barrier`), so a retired batch left
+/// in an exited thread's seize slot hung it for good: the handing thread
+/// padded for the highest thread id seen, a thread that had just become
+/// active with a higher one made the attempt fail, and the batch stayed
+/// where no thread would flush it (2 of 4 runs of `bench create-private
+/// --threads 1000` hung in the drop). A watchdog turns a hang into a
+/// failure; no time is measured.
+#[test]
+fn a_vfs_outlives_a_thousand_threads_that_come_and_go() {
+    let rounds = if cfg!(miri) { 1 } else { 4 };
+    let threads = if cfg!(miri) { 4 } else { 1000 };
+    let (done, waited) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for round in 0..rounds {
+            let v = Vfs::new();
+            let stop = Arc::new(AtomicBool::new(false));
+            // Started one after another, as a program starts them: the
+            // first work while the last enter for the first time.
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (v, stop) = (v.clone(), stop.clone());
+                    thread::spawn(move || {
+                        let dir = format!("/t{t}");
+                        v.create_dir(&dir).unwrap();
+                        let mut i = 0;
+                        while i < 16 || !stop.load(Ordering::Relaxed) {
+                            let p = format!("{dir}/f{}", i % 8);
+                            v.write(&p, b"x").unwrap();
+                            v.remove_file(&p).unwrap();
+                            i += 1;
+                        }
+                    })
+                })
+                .collect();
+            stop.store(true, Ordering::Relaxed);
+            for w in workers {
+                w.join().unwrap();
+            }
+            drop(v);
+            done.send(round).unwrap();
+        }
+    });
+    for round in 0..rounds {
+        match waited.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(r) => assert_eq!(r, round),
+            Err(e) => panic!("round {round}: the Vfs's drop did not return ({e:?})"),
+        }
+    }
+}

@@ -12,7 +12,7 @@
 //! # Per-shard callback lists (written here: the product)
 //!
 //! As Linux's per-CPU callback lists, retired objects gather in a list per
-//! shard (`shard::current`: the thread's, one of 16, the crate's stand-in
+//! shard (`shard::thread`: the thread's, one of 64, the crate's stand-in
 //! for a CPU), go to seize
 //! [`SHARD_BATCH`] at a time, and are freed by a thread of the shard that
 //! retired them, not by whichever thread happens to end their grace period
@@ -44,9 +44,12 @@
 //! A hand-over is one seize attempt (a `membarrier`): the batch's entries
 //! (objects in [`ENTRY`]s) plus, so that the attempt succeeds, one no-op
 //! entry per thread that may be in a read section (seize needs an entry per
-//! active thread; `Rcu::peak`, the highest seize thread id seen entering a
-//! read section, bounds them), all retired by the handing thread, then
-//! flushed. Objects still listed when the `Rcu` drops are freed then.
+//! active thread; `Rcu::peak`, above every seize thread id that entered,
+//! raised before the thread shows as active, bounds them), all retired by
+//! the handing thread, then flushed, and padded and flushed again if the
+//! peak moved meanwhile, so that nothing stays in a thread's seize batch
+//! (`Rcu::pad_and_flush`). Objects still listed when the `Rcu` drops are
+//! freed then.
 //!
 //! `synchronize` is built on top: it hands its shard's list over at once
 //! under a new generation, and waits until no batch of that generation or
@@ -397,11 +400,9 @@ impl Rcu {
         }
         #[cfg(not(any(loom, feature = "tsan")))]
         let guard = {
-            let g = self.collector.enter();
             // One load of a line that changes only when a thread with a
             // higher id than any before enters: the padding's bound.
-            self.cover(g.thread_id());
-            g
+            self.enter()
         };
         RcuGuard {
             #[cfg(not(any(loom, feature = "tsan")))]
@@ -526,23 +527,48 @@ impl Rcu {
         }
     }
 
-    /// Makes [`peak`](Self::peak) cover seize thread `id`: a load and a
-    /// branch; the raise, rare, is out of line (inlined, its
+    /// Enters seize's critical section (reentrant) with this thread's id
+    /// below [`peak`](Self::peak) *before* the thread shows as active: a
+    /// load and a branch; the raise, rare, is out of line (inlined, its
     /// compare-and-swap loop cost the cached stat about 10%).
+    ///
+    /// The order is what lets [`pad_and_flush`](Self::pad_and_flush) know
+    /// that its attempt succeeded. Raised after the thread became active
+    /// (as it was until 2026-11-26), a thread between the two was active
+    /// with an id the padding did not cover: the attempt found more active
+    /// threads than entries and kept the batch, seize's "try again later",
+    /// and if the handing thread then exited, the batch stayed in its seize
+    /// slot for good (seize frees a thread's id at exit, not its batch).
+    /// 1000 threads of `bench create-private` on 2 cores hung in the
+    /// `Vfs`'s drop, `barrier` waiting for a generation that could never
+    /// end, in 2 runs of 4.
     #[cfg(not(any(loom, feature = "tsan")))]
     #[inline(always)]
-    fn cover(&self, id: usize) {
-        // Relaxed: a bound on thread ids, read only to size the padding.
-        if id >= self.peak.load(std::sync::atomic::Ordering::Relaxed) {
-            self.raise_peak(id);
+    fn enter(&self) -> seize::LocalGuard<'_> {
+        let g = self.collector.enter();
+        // Relaxed: the thread's own earlier raise is seen (program order);
+        // another's only bounds the padding, which rechecks.
+        if g.thread_id() >= self.peak.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.enter_raised(g);
         }
+        g
     }
 
+    /// [`enter`](Self::enter)'s rare path: leaves, raises the peak, fences,
+    /// and enters again, so that a retiring thread that sees this thread
+    /// active (seize's scan, then `pad_and_flush`'s Acquire fence) sees the
+    /// raise too. A nested guard cannot get here: the outer one raised.
     #[cfg(not(any(loom, feature = "tsan")))]
     #[cold]
     #[inline(never)]
-    fn raise_peak(&self, id: usize) {
+    fn enter_raised<'a>(&'a self, g: seize::LocalGuard<'a>) -> seize::LocalGuard<'a> {
+        let id = g.thread_id();
+        drop(g);
         self.peak.fetch_max(id + 1, std::sync::atomic::Ordering::Relaxed);
+        // SeqCst (a release fence at least): orders the raise before the
+        // active store of the `enter` below.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        self.collector.enter()
     }
 
     /// This thread's shard's lists.
@@ -587,7 +613,7 @@ impl Rcu {
     /// [`ENTRY`] objects, padding, and a reclamation attempt (module doc).
     #[cfg(not(any(loom, feature = "tsan")))]
     fn hand(&self, sh: &Shard, items: Vec<Deferred>, direct: bool, gen: u64) {
-        let g = self.collector.enter();
+        let g = self.enter();
         self.retire_batches(&g, sh, items, direct, gen);
         self.pad_and_flush(&g);
     }
@@ -596,8 +622,7 @@ impl Rcu {
     /// [`ENTRY`] objects, without the attempt (`pad_and_flush`) that
     /// `hand` makes after them.
     #[cfg(not(any(loom, feature = "tsan")))]
-    fn retire_batches(&self, g: &seize::LocalGuard<'_>, sh: &Shard, mut items: Vec<Deferred>, direct: bool, gen: u64) {
-        self.cover(g.thread_id());
+    fn retire_batches(&self, _g: &seize::LocalGuard<'_>, sh: &Shard, mut items: Vec<Deferred>, direct: bool, gen: u64) {
         while !items.is_empty() {
             let rest = items.split_off(items.len().min(ENTRY));
             if direct {
@@ -614,12 +639,36 @@ impl Rcu {
     /// Pads this thread's seize batch with one no-op entry per thread that
     /// may be in a read section, and attempts a reclamation.
     #[cfg(not(any(loom, feature = "tsan")))]
+    ///
+    /// The attempt fails (seize keeps the batch for a later one) when it
+    /// finds more active threads than entries. Every active thread's id
+    /// is below the peak it raised before becoming active
+    /// ([`enter`](Self::enter)), so after the attempt this thread sees
+    /// every such raise; if the peak moved past the padding, it pads to the
+    /// new peak and tries again. An attempt that finds the peak unmoved
+    /// had at least as many entries as active threads: it succeeded, and
+    /// nothing is left in this thread's seize batch when it exits.
+    #[cfg(not(any(loom, feature = "tsan")))]
     fn pad_and_flush(&self, g: &seize::LocalGuard<'_>) {
-        for _ in 0..self.peak.load(std::sync::atomic::Ordering::Relaxed).max(2) {
-            // SAFETY: `pad_done` reads nothing; the address is never freed.
-            unsafe { self.collector.retire(&PAD as *const u8 as *mut u8, pad_done) };
+        use std::sync::atomic::Ordering;
+        let mut padded = 0;
+        loop {
+            let want = self.peak.load(Ordering::Relaxed).max(2);
+            for _ in padded..want {
+                // SAFETY: `pad_done` reads nothing; the address is never
+                // freed.
+                unsafe { self.collector.retire(&PAD as *const u8 as *mut u8, pad_done) };
+            }
+            padded = padded.max(want);
+            g.flush();
+            // Acquire: pairs with `enter_raised`'s fence through the active
+            // stores that seize's scan read (it returns before its own
+            // fence when it gives up).
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.peak.load(Ordering::Relaxed) <= want {
+                return;
+            }
         }
-        g.flush();
     }
 
     /// Frees the objects whose grace period has ended and that came back
@@ -677,7 +726,7 @@ impl Rcu {
             for sh in self.shards.iter() {
                 self.drain(&sh.0);
             }
-            let g = self.collector.enter();
+            let g = self.enter();
             let mut handed = false;
             for sh in self.shards.iter() {
                 let sh = &sh.0;
@@ -817,7 +866,7 @@ impl Rcu {
         while !done() {
             std::thread::sleep(std::time::Duration::from_micros(backoff));
             backoff = (backoff * 2).min(1000);
-            self.pad_and_flush(&self.collector.enter());
+            self.pad_and_flush(&self.enter());
         }
     }
     /// Waits until every object any thread retired before the call is

@@ -18,15 +18,16 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 pub const SHARDS: usize = 16;
 
 /// Shards of the structures that every update locks or writes once per
-/// object (the LRU lists, the RCU batches, the inode lists): one per
-/// thread up to 64 threads, so that two threads that run at once on two
-/// cores never share one. With 16, the 32 threads of `bench
-/// create-private` on 16 cores shared their LRU and RCU shards in pairs,
-/// and every pair contended on each create and unlink: 5.7-6.0M jobs/s,
-/// against 7.2-7.3M with 64 (the device machine, 2 runs each). The
-/// other structures keep [`SHARDS`]: their shards are per table (an
-/// index's counts, 128 bytes a shard) or sum over every shard, and 64 of
-/// those made `bench short` 8% slower at 16 threads.
+/// object (the LRU lists, the RCU batches, the inode lists, [`Counter`]s,
+/// [`Budget`]s, memfs's inode-number chunks and the inode table's
+/// partitions): one per thread up to 64 threads, so that two threads that
+/// run at once on two cores never share one. With 16, the 32 threads of
+/// `bench create-private` on 16 cores shared them in pairs and contended
+/// on each create and unlink: 5.45-5.53M jobs/s, against 6.37-7.27M with
+/// 64 (`short` 3.41M against 3.81-4.00M; the device machine, 2 runs each,
+/// alternating). The per-table shards (an index's counts, 128 bytes each
+/// and summed whole when one passes its quota) keep [`SHARDS`]: with 64
+/// of those too, `bench short` ran 8% slower at 16 threads.
 pub const THREAD_SHARDS: usize = 64;
 
 #[cfg(not(loom))]
