@@ -4,7 +4,9 @@
 //! list. Reports the exit phase's elapsed time and CPU time (user + system,
 //! from getrusage) per mode, like the seed's table.
 
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
+
+use super::Gate;
 use std::time::Instant;
 
 use rcuvfs::{ListMode, Vfs};
@@ -60,16 +62,15 @@ pub fn run(mode: &str, threads: usize, per_thread: usize, host_dir: &std::path::
 }
 
 /// The run on `s`: each thread creates its files and keeps them open;
-/// after both barriers, it unlinks each and closes them all.
+/// once all have and the gate opens, it unlinks each and closes them all.
 fn run_on<S: Subject>(s: Arc<S>, threads: usize, per_thread: usize) -> std::io::Result<ExitRun> {
-    let created = Arc::new(Barrier::new(threads + 1));
-    let go = Arc::new(Barrier::new(threads + 1));
+    let go = Arc::new(Gate::new());
     let t0 = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let (s, created, go) = (s.clone(), created.clone(), go.clone());
+            let (s, go) = (s.clone(), go.clone());
             std::thread::spawn(move || -> std::io::Result<()> {
-                // Whatever happens, reach both barriers, so that an error
+                // Whatever happens, reach the gate, so that an error
                 // is reported instead of leaving the others waiting.
                 let setup = || -> std::io::Result<Vec<(S::Path, S::File)>> {
                     let dir = format!("/x/t{t}");
@@ -82,8 +83,7 @@ fn run_on<S: Subject>(s: Arc<S>, threads: usize, per_thread: usize) -> std::io::
                         .collect()
                 };
                 let files = setup();
-                created.wait();
-                go.wait();
+                go.arrive();
                 let mut files = files?;
                 for (p, _) in &files {
                     s.unlink(p)?;
@@ -93,11 +93,11 @@ fn run_on<S: Subject>(s: Arc<S>, threads: usize, per_thread: usize) -> std::io::
             })
         })
         .collect();
-    created.wait();
+    go.wait_for(threads);
     let create_seconds = t0.elapsed().as_secs_f64();
     let cpu0 = super::cpu_time();
     let t1 = Instant::now();
-    go.wait();
+    go.open();
     let mut result = Ok(());
     for h in handles {
         if let Err(e) = h.join().expect("exit thread") {

@@ -1,5 +1,5 @@
 //! The lab's harness (`rcuvfs bench`): every thread is released from one
-//! barrier after a warm-up and runs for a fixed duration; per-thread
+//! start line ([`Gate`]) after a warm-up and runs for a fixed duration; per-thread
 //! counters sit on their own cache lines; each cell is repeated and the
 //! median reported. Results go to a table on stdout, ending with the
 //! seeds' table (`seeds`), JSON (`--json`), SVG plots (`--plot`) and one
@@ -14,8 +14,8 @@ mod subject;
 mod workloads;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -179,23 +179,81 @@ pub(crate) fn cpu_time() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
+/// A start line for many threads: each [`arrive`](Self::arrive)s, and
+/// waits on one futex word until [`open`](Self::open) wakes them all.
+///
+/// Not `std::sync::Barrier`: its waiters sleep on a condition variable and
+/// each must take the barrier's mutex again on its way out, one after the
+/// other. With 1000 threads on 2 cores the released ones ran the workload
+/// while the rest queued for that mutex, each hand-over waiting for a time
+/// slice among hundreds of busy threads: a measured second of
+/// `create-private` at 1000 threads then ran with hundreds of threads
+/// still in the barrier (seen in gdb: 563 of 1000, 30 s into a run), and
+/// its figure swung from 25k to 1.6M jobs/s between runs of one binary.
+/// Here nothing is taken on the way out.
+pub(crate) struct Gate {
+    arrived: AtomicUsize,
+    open: AtomicU32,
+}
+
+impl Gate {
+    pub(crate) fn new() -> Gate {
+        Gate { arrived: AtomicUsize::new(0), open: AtomicU32::new(0) }
+    }
+
+    /// Counts the caller in, then waits until the gate is open.
+    pub(crate) fn arrive(&self) {
+        self.arrived.fetch_add(1, Ordering::Release);
+        while self.open.load(Ordering::Acquire) == 0 {
+            // SAFETY: FUTEX_WAIT on a live, aligned u32 that we own a
+            // reference to; it returns at once if the word is no longer 0.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.open.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    0u32,
+                    std::ptr::null::<libc::timespec>(),
+                )
+            };
+        }
+    }
+
+    /// Waits (polling, one thread) until `n` threads have arrived.
+    pub(crate) fn wait_for(&self, n: usize) {
+        while self.arrived.load(Ordering::Acquire) < n {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+
+    /// Opens the gate and wakes every thread waiting at it.
+    pub(crate) fn open(&self) {
+        self.open.store(1, Ordering::Release);
+        // SAFETY: FUTEX_WAKE on a live, aligned u32.
+        unsafe {
+            libc::syscall(libc::SYS_futex, self.open.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX)
+        };
+    }
+}
+
 /// Runs `threads` threads on `target` for `duration`: (ops, seconds, cpu).
 /// `Err` with its message if a thread panicked (a peer library that
 /// breaks under concurrency: the cell fails, the run goes on).
 fn measure(target: &Arc<dyn Target>, threads: usize, duration: Duration) -> Result<(u64, f64, f64), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let counters: Arc<Vec<Counter>> = Arc::new((0..threads).map(|_| Counter::default()).collect());
-    let barrier = Arc::new(Barrier::new(threads + 1));
+    let gate = Arc::new(Gate::new());
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let (target, stop, counters, barrier) = (target.clone(), stop.clone(), counters.clone(), barrier.clone());
+            let (target, stop, counters, gate) = (target.clone(), stop.clone(), counters.clone(), gate.clone());
             std::thread::spawn(move || {
-                barrier.wait();
+                gate.arrive();
                 target.run(t, &stop, &counters[t].0);
             })
         })
         .collect();
-    barrier.wait();
+    gate.wait_for(threads);
+    gate.open();
     std::thread::sleep(duration / 10); // warm-up, not counted
     let start: Vec<u64> = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
     let (t0, c0) = (Instant::now(), cpu_time());
