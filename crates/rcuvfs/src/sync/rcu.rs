@@ -548,27 +548,30 @@ impl Rcu {
         let g = self.collector.enter();
         // Relaxed: the thread's own earlier raise is seen (program order);
         // another's only bounds the padding, which rechecks.
-        if g.thread_id() >= self.peak.load(std::sync::atomic::Ordering::Relaxed) {
-            return self.enter_raised(g);
+        let id = g.thread_id();
+        if id >= self.peak.load(std::sync::atomic::Ordering::Relaxed) {
+            // Not a call taking the guard: passed by value, it went
+            // through the stack on the hot path too (`short` 6% slower).
+            drop(g);
+            self.raise_peak(id);
+            return self.collector.enter();
         }
         g
     }
 
-    /// [`enter`](Self::enter)'s rare path: leaves, raises the peak, fences,
-    /// and enters again, so that a retiring thread that sees this thread
-    /// active (seize's scan, then `pad_and_flush`'s Acquire fence) sees the
-    /// raise too. A nested guard cannot get here: the outer one raised.
+    /// [`enter`](Self::enter)'s rare path, between its leave and its
+    /// enter again: raises the peak and fences, so that a retiring thread
+    /// that sees this thread active (seize's scan, then `pad_and_flush`'s
+    /// Acquire fence) sees the raise too. A nested guard cannot get here:
+    /// the outer one raised.
     #[cfg(not(any(loom, feature = "tsan")))]
     #[cold]
     #[inline(never)]
-    fn enter_raised<'a>(&'a self, g: seize::LocalGuard<'a>) -> seize::LocalGuard<'a> {
-        let id = g.thread_id();
-        drop(g);
+    fn raise_peak(&self, id: usize) {
         self.peak.fetch_max(id + 1, std::sync::atomic::Ordering::Relaxed);
         // SeqCst (a release fence at least): orders the raise before the
-        // active store of the `enter` below.
+        // active store of the caller's next `enter`.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        self.collector.enter()
     }
 
     /// This thread's shard's lists.
