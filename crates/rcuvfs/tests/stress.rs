@@ -253,8 +253,10 @@ fn names_pruned_from_the_dcache_are_found_again_right() {
 /// active with a higher one made the attempt fail, and the batch stayed
 /// where no thread would flush it (2 of 4 runs of `bench create-private
 /// --threads 1000` hung in the drop). A watchdog turns a hang into a
-/// failure; no time is measured.
+/// failure; no time is measured. Not with the `tsan` feature: its RCU
+/// stand-in has no seize batches, and the sanitizer would run 4,000 threads.
 #[test]
+#[cfg(not(feature = "tsan"))]
 fn a_vfs_outlives_a_thousand_threads_that_come_and_go() {
     let rounds = if cfg!(miri) { 1 } else { 4 };
     let threads = if cfg!(miri) { 4 } else { 1000 };
