@@ -203,6 +203,8 @@ impl Gate {
 
     /// Counts the caller in, then waits until the gate is open.
     pub(crate) fn arrive(&self) {
+        // Release/Acquire: the opener sees what each thread did before it
+        // arrived, and each thread what the opener did before it opened.
         self.arrived.fetch_add(1, Ordering::Release);
         while self.open.load(Ordering::Acquire) == 0 {
             // SAFETY: FUTEX_WAIT on a live, aligned u32 that we own a

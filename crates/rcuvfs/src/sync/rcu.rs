@@ -541,7 +541,7 @@ impl Rcu {
     /// slot for good (seize frees a thread's id at exit, not its batch).
     /// 1000 threads of `bench create-private` on 2 cores hung in the
     /// `Vfs`'s drop, `barrier` waiting for a generation that could never
-    /// end, in 2 runs of 4.
+    /// end, in 5 runs of 8.
     #[cfg(not(any(loom, feature = "tsan")))]
     #[inline(always)]
     fn enter(&self) -> seize::LocalGuard<'_> {
@@ -617,7 +617,7 @@ impl Rcu {
     #[cfg(not(any(loom, feature = "tsan")))]
     fn hand(&self, sh: &Shard, items: Vec<Deferred>, direct: bool, gen: u64) {
         let g = self.enter();
-        self.retire_batches(&g, sh, items, direct, gen);
+        self.retire_batches(sh, items, direct, gen);
         self.pad_and_flush(&g);
     }
 
@@ -625,7 +625,7 @@ impl Rcu {
     /// [`ENTRY`] objects, without the attempt (`pad_and_flush`) that
     /// `hand` makes after them.
     #[cfg(not(any(loom, feature = "tsan")))]
-    fn retire_batches(&self, _g: &seize::LocalGuard<'_>, sh: &Shard, mut items: Vec<Deferred>, direct: bool, gen: u64) {
+    fn retire_batches(&self, sh: &Shard, mut items: Vec<Deferred>, direct: bool, gen: u64) {
         while !items.is_empty() {
             let rest = items.split_off(items.len().min(ENTRY));
             if direct {
@@ -641,7 +641,6 @@ impl Rcu {
 
     /// Pads this thread's seize batch with one no-op entry per thread that
     /// may be in a read section, and attempts a reclamation.
-    #[cfg(not(any(loom, feature = "tsan")))]
     ///
     /// The attempt fails (seize keeps the batch for a later one) when it
     /// finds more active threads than entries. Every active thread's id
@@ -664,7 +663,7 @@ impl Rcu {
             }
             padded = padded.max(want);
             g.flush();
-            // Acquire: pairs with `enter_raised`'s fence through the active
+            // Acquire: pairs with `raise_peak`'s fence through the active
             // stores that seize's scan read (it returns before its own
             // fence when it gives up).
             std::sync::atomic::fence(Ordering::Acquire);
@@ -744,7 +743,7 @@ impl Rcu {
                     Some((core::mem::take(pending), gen))
                 });
                 if let Some((items, gen)) = idle {
-                    self.retire_batches(&g, sh, items, false, gen);
+                    self.retire_batches(sh, items, false, gen);
                     handed = true;
                 }
             }

@@ -311,7 +311,7 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(c.exact(), 2 * 3000 - 2 * 1000);
-        assert!((c.approx() - c.exact()).abs() < (THREAD_SHARDS as i64) * 8);
+        assert!((c.approx() - c.exact()).abs() < (SHARDS as i64) * 8);
     }
 
     #[test]

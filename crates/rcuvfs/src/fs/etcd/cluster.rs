@@ -43,9 +43,9 @@ pub struct LocalCluster {
 /// below the ephemeral range (`ip_local_port_range`), checked free by
 /// binding it, and never handed out twice by this process.
 fn free_port() -> Result<u16> {
-    use std::collections::HashSet;
+    use std::collections::BTreeSet;
     use std::sync::Mutex;
-    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse::<u32>().ok()))
@@ -53,7 +53,6 @@ fn free_port() -> Result<u16> {
     let (low, high) = (20_000u32, ephemeral_low.min(u32::from(u16::MAX)));
     if high > low + 1000 {
         let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-        let given = given.get_or_insert_with(HashSet::new);
         let mut x = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
             as u64
             ^ u64::from(std::process::id()) << 32
