@@ -212,6 +212,35 @@ fn unlinked_open_file_keeps_its_data_until_the_last_close() {
 }
 
 #[test]
+fn every_kind_of_node_made_through_the_vfs_is_freed_with_its_last_name() {
+    // memfs hands the Vfs its new inodes directly (no lookup by number):
+    // the lookup it counts for each must be paid back, or every removed
+    // node would stay in memory.
+    let fs = Arc::new(MemFs::new(MemFsOptions::default()));
+    let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    let root = v.root_entry();
+    for round in 0..3 {
+        v.create_dir("/d").unwrap();
+        v.write("/d/f", b"data").unwrap();
+        drop(v.open("/d/g", OpenOptions::new().write(true).create_new(true)).unwrap());
+        v.symlink("f", "/d/l").unwrap();
+        v.mknod_at(&root, "d/p", FileType::Fifo, 0o644, 0).unwrap();
+        v.create_dir("/d/e").unwrap();
+        assert_eq!(fs.live_inodes(), 7, "round {round}: the root and six new nodes");
+        // A second create of each name changes nothing.
+        assert_eq!(errno(&v.create_dir("/d/e")), libc::EEXIST);
+        assert_eq!(errno(&v.symlink("f", "/d/l")), libc::EEXIST);
+        assert_eq!(fs.live_inodes(), 7, "round {round}: a refused create made nothing");
+        for n in ["/d/f", "/d/g", "/d/l", "/d/p"] {
+            v.remove_file(n).unwrap();
+        }
+        v.remove_dir("/d/e").unwrap();
+        v.remove_dir("/d").unwrap();
+        assert_eq!(fs.live_inodes(), 1, "round {round}: only the root is left");
+    }
+}
+
+#[test]
 fn append_is_atomic_between_appenders() {
     let v = vfs();
     v.write("/log", b"").unwrap();

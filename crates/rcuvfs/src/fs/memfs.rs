@@ -58,8 +58,8 @@ use std::ptr;
 use std::sync::{Arc, OnceLock};
 
 use super::{
-    Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, StatFs, Timespec, WritePos, XattrSet,
-    XATTR_LIST_MAX,
+    Attr, DirEntry, FileSystem, FileType, Ino, NewNode, Owner, RenameFlags, SetAttr, StatFs, Timespec, WritePos,
+    XattrSet, XATTR_LIST_MAX,
 };
 use crate::error::{err, fail, Result, EEXIST, EINVAL, EISDIR, ENODATA, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
 use crate::filemap::{Accounting, CacheMode, PageCache, PAGE};
@@ -633,12 +633,72 @@ impl MemFs {
 
     /// Creates `name` in `parent` for a new inode made by `make`.
     fn add_entry<'a>(&'a self, parent: Ino, name: &[u8], make: impl FnOnce() -> Result<&'a Inode>) -> Result<Attr> {
-        let rcu = self.rcu();
-        let g = rcu.read_lock();
+        let g = self.rcu().read_lock();
         let dir = self.dir(&g, parent)?;
+        let inode = self.add_entry_in(&g, dir, name, make)?;
+        Ok(inode.attr_with(&g))
+    }
+
+    /// A new inode of the kind `node` says, made by `alloc`.
+    fn alloc_node(&self, node: &NewNode<'_>, perm: u32, owner: Owner) -> Result<&Inode> {
+        match *node {
+            NewNode::File => self.alloc(FileType::File, perm, 0, owner, None),
+            NewNode::Dir => self.alloc(FileType::Dir, perm, 0, owner, None),
+            NewNode::Special(FileType::Dir | FileType::Symlink, _) => fail(EINVAL),
+            NewNode::Special(kind, rdev) => self.alloc(kind, perm, rdev, owner, None),
+            NewNode::Symlink(target) => self.alloc(FileType::Symlink, 0o777, 0, owner, Some(target)),
+        }
+    }
+
+    /// For the VFS of the superblock `sb`, if this memfs is bound to it:
+    /// creates `name` in `dir` (an inode of this memfs the VFS holds) as
+    /// the `FileSystem` calls do, and returns the new inode with a VFS
+    /// reference in place of the lookup `alloc` counted, as `iget` would
+    /// make it, but with no probe of the inode table by number (for the
+    /// directory or the new inode) and no attributes copied. `None`: not
+    /// bound to `sb`; the general path decides.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_bound(
+        &self,
+        sb: &Super,
+        dir: &Inode,
+        name: &[u8],
+        node: &NewNode<'_>,
+        perm: u32,
+        owner: Owner,
+        counters: &crate::counters::LiveCounters,
+    ) -> Option<Result<*const Inode>> {
+        // Relaxed: only compared (see `lookup_bound`).
+        if !ptr::eq(self.bound.load(Ordering::Relaxed), sb) {
+            return None;
+        }
+        let g = self.rcu().read_lock();
+        let r = self.add_entry_in(&g, dir, name, || self.alloc_node(node, perm, owner)).map(|i| {
+            // The lookup keeps `i` until it is paid back, so it is not
+            // dying, whatever a caller that bypasses the VFS does to its
+            // name meanwhile.
+            let p = self.table.hold(i, counters).expect("a new inode with a lookup out is not dying");
+            i.lookups_sub(1);
+            p
+        });
+        Some(r)
+    }
+
+    /// Creates `name` in `dir` for a new inode made by `make`, and returns
+    /// it with the lookup `alloc` counted.
+    fn add_entry_in<'a>(
+        &'a self,
+        g: &RcuGuard<'_>,
+        dir: &Inode,
+        name: &[u8],
+        make: impl FnOnce() -> Result<&'a Inode>,
+    ) -> Result<&'a Inode> {
+        if dir.kind != FileType::Dir {
+            return fail(ENOTDIR);
+        }
         let key = name_key(name);
         // Most creates of an existing name stop here, making nothing.
-        if Self::find(&g, dir, name, key).is_some() {
+        if Self::find(g, dir, name, key).is_some() {
             return fail(EEXIST);
         }
         let inode = make()?;
@@ -656,7 +716,7 @@ impl MemFs {
         } else {
             dir.touch(t, true);
         }
-        Ok(inode.attr_with(&g))
+        Ok(inode)
     }
 
     /// One batch of a listing of directory `ino` after cookie `offset`,
@@ -1074,22 +1134,22 @@ impl FileSystem for MemFs {
     }
 
     fn create(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc(FileType::File, perm, 0, owner, None))
+        self.add_entry(parent, name, || self.alloc_node(&NewNode::File, perm, owner))
     }
 
     fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc(FileType::Dir, perm, 0, owner, None))
+        self.add_entry(parent, name, || self.alloc_node(&NewNode::Dir, perm, owner))
     }
 
     fn mknod(&self, parent: Ino, name: &[u8], kind: FileType, perm: u32, rdev: u64, owner: Owner) -> Result<Attr> {
         if matches!(kind, FileType::Dir | FileType::Symlink) {
             return fail(EINVAL);
         }
-        self.add_entry(parent, name, || self.alloc(kind, perm, rdev, owner, None))
+        self.add_entry(parent, name, || self.alloc_node(&NewNode::Special(kind, rdev), perm, owner))
     }
 
     fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc(FileType::Symlink, 0o777, 0, owner, Some(target)))
+        self.add_entry(parent, name, || self.alloc_node(&NewNode::Symlink(target), 0, owner))
     }
 
     fn link(&self, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {

@@ -373,6 +373,40 @@ pub trait FileSystem: Send + Sync + 'static {
     }
 }
 
+/// What a create makes (the VFS's one path for create, mkdir, mknod and
+/// symlink).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum NewNode<'a> {
+    File,
+    Dir,
+    /// A FIFO, socket, device or regular file from `mknod`, with its
+    /// device number.
+    Special(FileType, u64),
+    /// A symlink to this target.
+    Symlink(&'a [u8]),
+}
+
+impl NewNode<'_> {
+    pub(crate) fn kind(&self) -> FileType {
+        match *self {
+            NewNode::File => FileType::File,
+            NewNode::Dir => FileType::Dir,
+            NewNode::Special(k, _) => k,
+            NewNode::Symlink(_) => FileType::Symlink,
+        }
+    }
+
+    /// Makes it through `fs`'s own call.
+    pub(crate) fn make(&self, fs: &dyn FileSystem, dir: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
+        match *self {
+            NewNode::File => fs.create(dir, name, perm, owner),
+            NewNode::Dir => fs.mkdir(dir, name, perm, owner),
+            NewNode::Special(kind, rdev) => fs.mknod(dir, name, kind, perm, rdev, owner),
+            NewNode::Symlink(target) => fs.symlink(dir, name, target, owner),
+        }
+    }
+}
+
 /// What a filesystem tells the VFS about changes it did not make (FUSE's
 /// `notify_inval_entry` and `notify_inval_inode`). Calls may come from any
 /// thread, at any time, and after the VFS is gone (they then do nothing).

@@ -8,7 +8,8 @@ use super::{bytes, Begun, Entry, Start, Vfs};
 use crate::cred::{MAY_EXEC, MAY_WRITE};
 use crate::dcache::Dentry;
 use crate::error::{errno_of, fail, Result, EACCES, EEXIST, EINVAL, ENOENT, EPERM, EXDEV};
-use crate::fs::{Attr, FileSystem, FileType, Ino, Owner};
+use crate::fs::{Attr, FileType, NewNode, Owner};
+use crate::inode::Inode;
 use crate::mount::Mount;
 use crate::namei::{check_name, check_path};
 
@@ -50,33 +51,53 @@ impl Vfs {
     /// Records a name the filesystem just created in `dir` for the negative
     /// dentry `d`, and marks the directory's cached attributes stale.
     pub(super) fn instantiate(&self, dir: &Dentry, d: &Dentry, attr: &Attr) -> Result<()> {
-        let dc = self.dc();
-        let ip = dir.dir_sb().iget(attr, true, &dc.counters)?;
-        dc.d_instantiate(d, ip);
-        dir.inode().expect("positive directory").mark_stale();
+        let ip = dir.dir_sb().iget(attr, true, &self.dc().counters)?;
+        self.instantiate_inode(dir, d, ip);
         Ok(())
     }
 
-    /// The common path of mkdir, mknod, symlink: the name must not exist.
-    fn create_node(
-        &self,
-        start: Start,
-        path: &[u8],
-        kind: FileType,
-        make: impl Fn(&dyn FileSystem, Ino, &[u8], Owner, u32) -> Result<Attr>,
-        perm: u32,
-    ) -> Result<()> {
-        self.retry_estale(|| self.create_node_once(start, path, kind, &make, perm))
+    /// As [`instantiate`](Self::instantiate), with the new name's in-core
+    /// inode (one reference, which `d` takes over).
+    fn instantiate_inode(&self, dir: &Dentry, d: &Dentry, ip: *const Inode) {
+        self.dc().d_instantiate(d, ip);
+        dir.inode().expect("positive directory").mark_stale();
     }
 
-    fn create_node_once(
+    /// Makes `name` in `dir` (attributes `dir_attr`) through its
+    /// filesystem and records it for the negative dentry `d`: a memfs
+    /// bound to this superblock hands back its new inode at once
+    /// ([`MemFs::create_bound`](crate::fs::memfs::MemFs::create_bound)), any
+    /// other filesystem answers attributes that `iget` finds or makes an
+    /// inode for.
+    pub(super) fn make_node(
         &self,
-        start: Start,
-        path: &[u8],
-        kind: FileType,
-        make: &impl Fn(&dyn FileSystem, Ino, &[u8], Owner, u32) -> Result<Attr>,
+        dir: &Dentry,
+        dir_attr: &Attr,
+        d: &Dentry,
+        name: &[u8],
+        node: NewNode<'_>,
         perm: u32,
+        owner: Owner,
     ) -> Result<()> {
+        let sb = dir.dir_sb();
+        if let Some(m) = sb.fs.as_memfs() {
+            let dir_inode = dir.inode().expect("positive directory");
+            if let Some(r) = m.create_bound(sb, dir_inode, name, &node, perm, owner, &self.dc().counters) {
+                self.instantiate_inode(dir, d, r?);
+                return Ok(());
+            }
+        }
+        let attr = node.make(sb.fs.as_ref(), dir_attr.ino, name, perm, owner)?;
+        self.instantiate(dir, d, &attr)
+    }
+
+    /// The common path of mkdir, mknod, symlink: the name must not exist.
+    fn create_node(&self, start: Start, path: &[u8], node: NewNode<'_>, perm: u32) -> Result<()> {
+        self.retry_estale(|| self.create_node_once(start, path, node, perm))
+    }
+
+    fn create_node_once(&self, start: Start, path: &[u8], node: NewNode<'_>, perm: u32) -> Result<()> {
+        let kind = node.kind();
         check_path(path)?;
         let _g = self.state.global();
         let Begun::Named(n) = self.begin_named(start, path)? else {
@@ -91,8 +112,7 @@ impl Vfs {
         let dir = n.dir();
         let dir_attr = self.may_create(dir)?;
         let (owner, perm) = self.new_owner(&dir_attr, kind, perm);
-        let attr = make(dir.dir_sb().fs.as_ref(), dir_attr.ino, n.name, owner, perm)?;
-        self.instantiate(dir, &n.child, &attr)
+        self.make_node(dir, &dir_attr, &n.child, n.name, node, perm, owner)
     }
 
     /// `mkdir` with mode 0o777 less the umask.
@@ -112,13 +132,7 @@ impl Vfs {
 
     fn mkdir_from(&self, start: Start, path: &[u8], mode: u32) -> Result<()> {
         let perm = mode & 0o7777 & !self.umask;
-        self.create_node(
-            start,
-            path,
-            FileType::Dir,
-            |fs, dir, name, owner, perm| fs.mkdir(dir, name, perm, owner),
-            perm,
-        )
+        self.create_node(start, path, NewNode::Dir, perm)
     }
 
     /// Creates `path` and every missing ancestor. May stop partway, leaving
@@ -156,13 +170,7 @@ impl Vfs {
             return fail(EPERM);
         }
         let perm = mode & 0o7777 & !self.umask;
-        self.create_node(
-            Start::At(dir),
-            bytes(path.as_ref()),
-            kind,
-            |fs, d, name, owner, perm| fs.mknod(d, name, kind, perm, rdev, owner),
-            perm,
-        )
+        self.create_node(Start::At(dir), bytes(path.as_ref()), NewNode::Special(kind, rdev), perm)
     }
 
     /// `symlink(target, link)`: creates `link` pointing at `target`.
@@ -177,13 +185,7 @@ impl Vfs {
 
     fn symlink_from(&self, target: &[u8], start: Start, link: &[u8]) -> Result<()> {
         check_path(target)?;
-        self.create_node(
-            start,
-            link,
-            FileType::Symlink,
-            |fs, d, name, owner, _| fs.symlink(d, name, target, owner),
-            0o777,
-        )
+        self.create_node(start, link, NewNode::Symlink(target), 0o777)
     }
 
     /// `link(src, dst)`: a new name for `src` (not followed if a symlink).

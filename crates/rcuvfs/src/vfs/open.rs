@@ -10,7 +10,7 @@ use crate::dcache::DRef;
 use crate::error::{errno_of, fail, Result, EACCES, EEXIST, EINVAL, EISDIR, ELOOP, ENOENT};
 use crate::file::{File, OpenOptions};
 use crate::fs::memfs::AtimePolicy;
-use crate::fs::{FileType, SetAttr};
+use crate::fs::{FileType, NewNode, SetAttr};
 use crate::inode::Inode;
 
 /// Walks an open makes again when the file it found lost its data first
@@ -137,12 +137,10 @@ impl Vfs {
             return Ok((w, child, false));
         }
         let dir = n.dir();
-        let dir_inode = dir.inode().expect("positive directory");
         let dir_attr = self.may_create(dir)?;
         let perm = opts.mode & 0o7777 & !self.umask;
         let (owner, perm) = self.new_owner(&dir_attr, FileType::File, perm);
-        let attr = dir_inode.fs().create(dir_attr.ino, n.name, perm, owner)?;
-        self.instantiate(dir, &n.child, &attr)?;
+        self.make_node(dir, &dir_attr, &n.child, n.name, NewNode::File, perm, owner)?;
         let Named { child, w, .. } = n;
         Ok((w, child, true))
     }
