@@ -63,8 +63,9 @@ impl Vfs {
         dir.inode().expect("positive directory").mark_stale();
     }
 
-    /// Makes `name` in `dir` (attributes `dir_attr`) through its
-    /// filesystem and records it for the negative dentry `d`: a memfs
+    /// Makes `name` in `dir` (attributes `dir_attr`) with permissions
+    /// `perm` (less what `new_owner` takes off) through its filesystem,
+    /// and records it for the negative dentry `d`: a memfs
     /// bound to this superblock hands back its new inode at once
     /// ([`MemFs::create_bound`](crate::fs::memfs::MemFs::create_bound)), any
     /// other filesystem answers attributes that `iget` finds or makes an
@@ -77,8 +78,8 @@ impl Vfs {
         name: &[u8],
         node: NewNode<'_>,
         perm: u32,
-        owner: Owner,
     ) -> Result<()> {
+        let (owner, perm) = self.new_owner(dir_attr, node.kind(), perm);
         let sb = dir.dir_sb();
         if let Some(m) = sb.fs.as_memfs() {
             let dir_inode = dir.inode().expect("positive directory");
@@ -111,8 +112,7 @@ impl Vfs {
         }
         let dir = n.dir();
         let dir_attr = self.may_create(dir)?;
-        let (owner, perm) = self.new_owner(&dir_attr, kind, perm);
-        self.make_node(dir, &dir_attr, &n.child, n.name, node, perm, owner)
+        self.make_node(dir, &dir_attr, &n.child, n.name, node, perm)
     }
 
     /// `mkdir` with mode 0o777 less the umask.

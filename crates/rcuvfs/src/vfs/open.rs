@@ -139,8 +139,7 @@ impl Vfs {
         let dir = n.dir();
         let dir_attr = self.may_create(dir)?;
         let perm = opts.mode & 0o7777 & !self.umask;
-        let (owner, perm) = self.new_owner(&dir_attr, FileType::File, perm);
-        self.make_node(dir, &dir_attr, &n.child, n.name, NewNode::File, perm, owner)?;
+        self.make_node(dir, &dir_attr, &n.child, n.name, NewNode::File, perm)?;
         let Named { child, w, .. } = n;
         Ok((w, child, true))
     }
