@@ -21,7 +21,7 @@
 //! | 1      | `MOVED`: frozen by a resize; the next table is authoritative |
 //! | 2      | `PARKED`: a thread waits for `LOCK` to clear |
 //! | 3..48  | the value: `EMPTY` (0), `TOMBSTONE` (8), `VACATING` (16), or an entry's address (8-aligned, below 2^48) |
-//! | 48..64 | the tag: the top 16 bits of the hash the entry was inserted under, so that a probe skips most other keys without touching their entries |
+//! | 48..64 | the tag: 16 bits of the hash the entry was inserted under (its top 16 folded with its low 16, [`tag`]), so that a probe skips most other keys without touching their entries |
 //!
 //! Legal value transitions in one table: `EMPTY -> entry`, `entry ->
 //! TOMBSTONE`, `TOMBSTONE -> entry`, `entry -> entry` (a replace under the
@@ -172,9 +172,12 @@ pub trait Indexed {
     fn index_hash(&self) -> u64;
 }
 
+/// A slot's tag: the hash's top 16 bits folded with its low 16, so that
+/// keys whose hashes differ only in their low bits (an owned inode table's
+/// groups of eight, `inode::owned_ino_hash`) still differ in their tags.
 #[inline(always)]
-fn tag(hash: u64) -> usize {
-    ((hash >> 48) as usize) << TAG_SHIFT
+pub(crate) fn tag(hash: u64) -> usize {
+    ((((hash >> 48) ^ hash) & 0xffff) as usize) << TAG_SHIFT
 }
 
 #[inline(always)]
