@@ -116,8 +116,8 @@ pub(crate) fn ino_hash(ino: Ino) -> u64 {
 /// position `d`. Its group `d / 8`, bit-reversed, is its home: the homes
 /// of the groups in use spread evenly over the table however many there
 /// are (a van der Corput sequence), so clusters stay eight slots long. The
-/// low bits, `d % 8`, keep the group's tags apart (the index folds the
-/// hash's low bits into its tags). The numbers are memfs's own, not a
+/// low bits, `d % 8`, keep the group's tags apart (an inode's tags fold
+/// the hash's low bits in: `Indexed::FOLDED_TAGS`). The numbers are memfs's own, not a
 /// caller's, so no one can pick keys that collide.
 #[inline]
 pub(crate) fn owned_ino_hash(ino: Ino) -> u64 {
@@ -271,6 +271,8 @@ impl crate::sync::index::Indexed for Inode {
             ino_hash(self.ino)
         }
     }
+
+    const FOLDED_TAGS: bool = true;
 }
 
 impl Inode {
@@ -1670,7 +1672,7 @@ mod tests {
             let h = home(owned_ino_hash(g[0]), bits);
             assert!(g.iter().all(|&i| home(owned_ino_hash(i), bits) == h), "a group of eight has one home");
             let tags: std::collections::BTreeSet<usize> =
-                g.iter().map(|&i| crate::sync::index::tag(owned_ino_hash(i))).collect();
+                g.iter().map(|&i| crate::sync::index::tag::<Inode>(owned_ino_hash(i))).collect();
             assert_eq!(tags.len(), 8, "the tags of a group differ");
             assert!(homes.insert(h), "two groups share a home");
         }

@@ -21,7 +21,7 @@
 //! | 1      | `MOVED`: frozen by a resize; the next table is authoritative |
 //! | 2      | `PARKED`: a thread waits for `LOCK` to clear |
 //! | 3..48  | the value: `EMPTY` (0), `TOMBSTONE` (8), `VACATING` (16), or an entry's address (8-aligned, below 2^48) |
-//! | 48..64 | the tag: 16 bits of the hash the entry was inserted under (its top 16 folded with its low 16, [`tag`]), so that a probe skips most other keys without touching their entries |
+//! | 48..64 | the tag: the top 16 bits of the hash the entry was inserted under (folded with its low 16 for some entry types, [`Indexed::FOLDED_TAGS`]), so that a probe skips most other keys without touching their entries, and a resize to at most 2^16 homes places entries without reading them |
 //!
 //! Legal value transitions in one table: `EMPTY -> entry`, `entry ->
 //! TOMBSTONE`, `TOMBSTONE -> entry`, `entry -> entry` (a replace under the
@@ -170,22 +170,32 @@ const MIN_BITS: u32 = 2;
 /// an index (see the module doc).
 pub trait Indexed {
     fn index_hash(&self) -> u64;
+
+    /// Whether keys may differ only in their hashes' low bits (an owned
+    /// inode table's groups of eight, `inode::owned_ino_hash`): their tags
+    /// then fold the hash's low 16 bits into its top 16. Otherwise a tag is
+    /// the top 16 bits, a prefix of the key's home in any table of up to
+    /// 2^16 homes, and a resize of such a table places every entry from
+    /// its slot's tag alone, reading no entry.
+    const FOLDED_TAGS: bool = false;
 }
 
-/// A slot's tag: the hash's top 16 bits folded with its low 16, so that
-/// keys whose hashes differ only in their low bits (an owned inode table's
-/// groups of eight, `inode::owned_ino_hash`) still differ in their tags.
+/// A slot's tag for an entry of type `T` (see [`Indexed::FOLDED_TAGS`]).
 #[inline(always)]
-pub(crate) fn tag(hash: u64) -> usize {
-    ((((hash >> 48) ^ hash) & 0xffff) as usize) << TAG_SHIFT
+pub(crate) fn tag<T: Indexed>(hash: u64) -> usize {
+    let t = if T::FOLDED_TAGS { (hash >> 48) ^ (hash & 0xffff) } else { hash >> 48 };
+    (t as usize) << TAG_SHIFT
 }
 
 #[inline(always)]
-fn word(p: *const (), hash: u64) -> usize {
+fn word<T: Indexed>(p: *const T, hash: u64) -> usize {
     let a = p as usize;
     assert!(a & !PTR == 0 && is_entry(a), "index entries are 8-aligned below 2^48");
-    a | tag(hash)
+    a | tag::<T>(hash)
 }
+
+/// Bits of a slot word that hold its tag.
+const TAG_BITS: usize = !(PTR | FLAGS);
 
 /// Overflow slots after the last home, for a table of `2^bits` homes.
 fn overflow(bits: u32) -> usize {
@@ -534,7 +544,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
     ) -> Option<R> {
         let t = self.current()?;
         let slots = t.slots();
-        let want = tag(hash);
+        let want = tag::<T>(hash);
         let mut i = t.home(hash);
         while i < slots.len() {
             // Acquire: pairs with the Release CAS that published the entry.
@@ -655,7 +665,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             "bits {} len {} home {home} at {pos:?} want tag {:#x}: {}",
             t.header().bits,
             slots.len(),
-            tag(hash) >> TAG_SHIFT,
+            tag::<T>(hash) >> TAG_SHIFT,
             view.join(" ")
         )
     }
@@ -1138,16 +1148,27 @@ fn copy<T: Indexed>(old: Table, bits: u32) -> Option<Table> {
     let n = Table::alloc(bits, 0, old.shards().is_some());
     let nslots = n.slots();
     let mut live = 0u64;
+    // The new homes from the tags alone: no entry is read (at scale, a
+    // miss each).
+    let from_tags = !T::FOLDED_TAGS && bits <= 16;
     for s in old.slots() {
         let v = s.load(Ordering::Relaxed);
         let e = v & PTR;
         if !is_entry(e) {
             continue;
         }
-        // SAFETY: entries in a table are live (removed before freed), and
-        // their keys are stable (module doc).
-        let hash = unsafe { (*(e as *const T)).index_hash() };
-        let mut i = n.home(hash);
+        let (mut i, w) = if from_tags {
+            // The tag, the top 16 bits of the key's hash, was stored with
+            // the entry under the key it has now (a key changes only under
+            // its home lock, and the freeze waited for every home lock
+            // before this slot).
+            ((v & TAG_BITS) >> (TAG_SHIFT + 16 - bits), e | (v & TAG_BITS))
+        } else {
+            // SAFETY: entries in a table are live (removed before freed),
+            // and their keys are stable (module doc).
+            let hash = unsafe { (*(e as *const T)).index_hash() };
+            (n.home(hash), word(e as *const T, hash))
+        };
         while i < nslots.len() && nslots[i].load(Ordering::Relaxed) != EMPTY {
             i += 1;
         }
@@ -1156,7 +1177,7 @@ fn copy<T: Indexed>(old: Table, bits: u32) -> Option<Table> {
             unsafe { n.free() };
             return None;
         }
-        nslots[i].store(e | tag(hash), Ordering::Relaxed);
+        nslots[i].store(w, Ordering::Relaxed);
         live += 1;
     }
     // SeqCst: see `set_closed` and `close_empty`; a close deciding now is
@@ -1236,7 +1257,7 @@ impl<T: Indexed> Locked<'_, T> {
     /// entries of its keys neither come nor go.
     pub fn find<R>(&self, hash: u64, mut f: impl FnMut(&T) -> Probe<R>) -> Option<R> {
         let slots = self.table.slots();
-        let want = tag(hash);
+        let want = tag::<T>(hash);
         let mut i = self.home_of(hash);
         while i < slots.len() {
             let v = slots[i].load(Ordering::Acquire);
@@ -1262,7 +1283,7 @@ impl<T: Indexed> Locked<'_, T> {
     /// released.
     pub fn insert(&mut self, p: *const T, hash: u64) -> Result<(), InsertError> {
         let home = self.home_of(hash);
-        let w = word(p as *const (), hash);
+        let w = word(p, hash);
         let h = self.table.header();
         let table = self.table;
         if let Some(sh) = table.shards() {
@@ -1457,7 +1478,7 @@ impl<T: Indexed> Locked<'_, T> {
     /// home one entry sits in two slots, one per key.
     fn slot_of(&self, p: *const T, hash: u64) -> Option<usize> {
         let slots = self.table.slots();
-        let want = p as usize | tag(hash);
+        let want = p as usize | tag::<T>(hash);
         let mut i = self.home_of(hash);
         while i < slots.len() {
             let v = slots[i].load(Ordering::Relaxed);
@@ -1514,7 +1535,7 @@ impl<T: Indexed> Locked<'_, T> {
     pub fn replace(&mut self, old: *const T, new: *const T, hash: u64) -> bool {
         let Some(i) = self.slot_of(old, hash) else { return false };
         let s = &self.table.slots()[i];
-        let w = word(new as *const (), hash);
+        let w = word(new, hash);
         let mut v = s.load(Ordering::Relaxed);
         loop {
             // Release: publishes `new`'s fields to readers.
