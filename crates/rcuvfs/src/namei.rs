@@ -454,6 +454,12 @@ impl Dcache {
         if !cred.is_root() && !cred.may(&di.access_attr(), MAY_EXEC) {
             return validated(dir, dseq, EACCES);
         }
+        // The update will ask memfs about this name: its index line loads
+        // while ours does.
+        let sb = dir.dir_sb();
+        if let Some(m) = sb.fs.as_memfs() {
+            m.prefetch_bound(sb, &guard, di, name);
+        }
         let (child, cseq) = self.lookup_rcu(&guard, dir, name)?;
         if dir.seq.read_retry(dseq) {
             return None;

@@ -466,6 +466,18 @@ impl MemFs {
         }
     }
 
+    /// For the VFS of the superblock `sb`, if this memfs is bound to it:
+    /// starts loading the line of `dir`'s index where `name` is or would
+    /// be, for an update of that name whose walk is about to miss in the
+    /// dcache's index; the two misses then overlap. `g`: a read section of
+    /// the VFS's RCU domain, which a bound memfs shares.
+    pub(crate) fn prefetch_bound(&self, sb: &Super, g: &RcuGuard<'_>, dir: &Inode, name: &[u8]) {
+        // Relaxed: only compared (see `lookup_bound`).
+        if ptr::eq(self.bound.load(Ordering::Relaxed), sb) {
+            dir.entries.prefetch(g, name_key(name));
+        }
+    }
+
     /// A new, empty page cache whose pages are charged to this memfs.
     pub(crate) fn new_page_cache(&self) -> Arc<PageCache> {
         Arc::new(PageCache::with_accounting(self.opts.cache, Some(self.acct.handle())))

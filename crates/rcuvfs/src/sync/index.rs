@@ -565,6 +565,16 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         None
     }
 
+    /// Starts loading the slot line where a probe for `hash` begins: a
+    /// hint, so that the miss overlaps the caller's own (it reads nothing
+    /// the caller sees, and stores nothing).
+    #[inline]
+    pub fn prefetch(&self, _guard: &RcuGuard<'_>, hash: u64) {
+        if let Some(t) = self.current() {
+            super::atomic::prefetch(&t.slots()[t.home(hash)]);
+        }
+    }
+
     /// Calls `f` on every entry, in slot order (a snapshot of no instant:
     /// entries inserted or removed meanwhile may or may not be seen; one
     /// present throughout is seen once).
