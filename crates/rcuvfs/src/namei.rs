@@ -175,6 +175,19 @@ fn components(path: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// (`-ECHILD` in Linux's `namei.c`).
 type RcuStep<T> = Option<Result<T>>;
 
+/// Where [`Dcache::walk_name_rcu`] ends.
+pub(crate) enum NameWalk<'a, 'p> {
+    /// The name's dentry is cached: the walk; the directory (not
+    /// referenced: the caller may use its address at once, and anything
+    /// else only after checking that `child`'s count is still `cseq`
+    /// under the name's lock); the dentry, with a reference; the name;
+    /// whether the path ended in '/'.
+    Cached { w: RefWalk<'a>, dir: *const Dentry, child: DRef<'a>, cseq: u32, name: &'p [u8], trailing: bool },
+    /// It is not: the walk and the directory, pinned, as
+    /// [`Dcache::walk_parent_rcu`] returns them.
+    Missing(RefWalk<'a>, Parent<'a, 'p>),
+}
+
 impl Dcache {
     /// Execute (search) permission on directory `dir`, from the cached
     /// attributes (no store).
@@ -416,19 +429,18 @@ impl Dcache {
     /// cached name stores nothing on its directory's dentry, and two
     /// updates of different names in one directory share no line there.
     ///
-    /// Returns the walk, the directory (not referenced: the caller may use
-    /// its address at once, and anything else only after the check), the
-    /// dentry with the count to check, the name and whether the path ended
-    /// in '/'. `None` when the name is not cached (or is "." or ".."), or
-    /// on any race: the caller walks to the directory and pins it instead.
-    #[allow(clippy::type_complexity)]
+    /// A name that is not cached ends the walk as `walk_parent_rcu` does,
+    /// with its directory pinned ([`NameWalk::Missing`]), so that a create
+    /// does not walk its path twice. `None` when the name is "." or "..",
+    /// or on any race: the caller walks to the directory and pins it
+    /// instead.
     pub(crate) fn walk_name_rcu<'a, 'p>(
         &'a self,
         cred: &'a Cred,
         mnt: &'a Mount,
         start: &'a Dentry,
         path: &'p [u8],
-    ) -> RcuStep<(RefWalk<'a>, *const Dentry, DRef<'a>, u32, &'p [u8], bool)> {
+    ) -> RcuStep<NameWalk<'a, 'p>> {
         let end = path.iter().rposition(|&b| b != b'/')? + 1;
         let trimmed = &path[..end];
         let (dir_path, name) = match trimmed.iter().rposition(|&b| b == b'/') {
@@ -460,7 +472,26 @@ impl Dcache {
         if let Some(m) = sb.fs.as_memfs() {
             m.prefetch_bound(sb, &guard, di, name);
         }
-        let (child, cseq) = self.lookup_rcu(&guard, dir, name)?;
+        let trailing = end < path.len();
+        let Some((child, cseq)) = self.lookup_rcu(&guard, dir, name) else {
+            // Not cached (or changing): the directory, pinned as
+            // `walk_parent_rcu` would pin it, with no second walk.
+            if dir.seq.read_retry(dseq) {
+                return None;
+            }
+            let mref = self.mnt_get_rcu_checked(m, ms)?;
+            if !dir.lockref().get_not_dead() {
+                return None;
+            }
+            // SAFETY: we just took this reference.
+            let r = unsafe { DRef::adopt(self, dir) };
+            if dir.seq.read_retry(dseq) {
+                return None; // moved or killed after the walk read it
+            }
+            let mut rw = RefWalk::new(cred, mref);
+            rw.links = w.links;
+            return Some(Ok(NameWalk::Missing(rw, Parent { dir: r, last: Last::Normal(name), trailing })));
+        };
         if dir.seq.read_retry(dseq) {
             return None;
         }
@@ -475,7 +506,7 @@ impl Dcache {
         }
         let mut rw = RefWalk::new(cred, mref);
         rw.links = w.links;
-        Some(Ok((rw, dir as *const Dentry, r, cseq, name, end < path.len())))
+        Some(Ok(NameWalk::Cached { w: rw, dir, child: r, cseq, name, trailing }))
     }
 
     // ---------------------------------------------------------------- REF

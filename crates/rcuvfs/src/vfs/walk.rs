@@ -7,7 +7,7 @@ use crate::dcache::names::NameGuard;
 use crate::dcache::{name_hash, DRef, Dcache, Dentry};
 use crate::error::{errno_of, Result};
 use crate::mount::Mount;
-use crate::namei::{check_path, Last, Parent, RefWalk};
+use crate::namei::{check_path, Last, NameWalk, Parent, RefWalk};
 
 /// How many times an update that answered ESTALE (a busy rename mutex or
 /// name lock) is tried again. Each try first waits for what was busy, so
@@ -102,7 +102,7 @@ impl Vfs {
             let (m, d) = self.start_place(start)?;
             match dc.walk_name_rcu(&self.cred, m, d, path) {
                 Some(Err(e)) => return Err(e),
-                Some(Ok((w, dir, child, cseq, name, trailing))) => {
+                Some(Ok(NameWalk::Cached { w, dir, child, cseq, name, trailing })) => {
                     let lock = dc.names.lock(name_hash(dir, name));
                     // Still the dentry the walk found under `dir` (name,
                     // parent and inode unchanged): then `dir` is pinned.
@@ -111,6 +111,7 @@ impl Vfs {
                         return Ok(Begun::Named(Named { child, _lock: lock, dir, name, trailing, w }));
                     }
                 }
+                Some(Ok(NameWalk::Missing(w, p))) => return self.lock_last(w, p),
                 None => {}
             }
         }
