@@ -368,6 +368,19 @@ impl Dentry {
         unsafe { Name::from_thin(self.name.load(Ordering::Acquire)) }
     }
 
+    /// Starts loading the line of its parent's index where it sits (the
+    /// shrinker's next victim, whose unhash then does not wait for it).
+    /// `_g` keeps the parent and its index's table allocated.
+    pub(super) fn prefetch_slot(&self, _g: &crate::sync::RcuGuard<'_>) {
+        let p = self.parent.load(Ordering::Relaxed);
+        if p.is_null() || ptr::eq(p, self) {
+            return;
+        }
+        // SAFETY: a dentry reached under `_g` is freed only a grace period
+        // after it was killed, and so is any parent it pointed to.
+        unsafe { &*p }.children.prefetch(_g, self.name().hash);
+    }
+
     #[inline]
     pub fn parent(&self) -> &Dentry {
         // SAFETY: a dentry holds a reference on its parent; a parent reached

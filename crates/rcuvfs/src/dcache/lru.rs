@@ -196,6 +196,7 @@ impl Dcache {
         while freed < want && budget > 0 {
             budget -= 1;
             let (victim, g) = {
+                let rcu = self.rcu.read_lock();
                 let mut lru = self.lrus.shards[s].0.lock();
                 // SAFETY: members of the list are live: a dentry leaves its
                 // list, under this lock, before it is marked dead.
@@ -234,6 +235,12 @@ impl Dcache {
                 // SAFETY: on the list; both locks held.
                 unsafe { unlink(&mut lru, d) };
                 d.flags.fetch_and(!ON_LRU, Ordering::Relaxed);
+                // At scale each victim's unhash misses in its parent's
+                // index: the next one's line loads while this one dies.
+                // SAFETY: members of the list are live (as above).
+                if let Some(next) = unsafe { lru.head.as_ref() } {
+                    next.prefetch_slot(&rcu);
+                }
                 (d, g)
             };
             // Unused, so childless (children hold references). Usually
