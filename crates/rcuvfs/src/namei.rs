@@ -204,6 +204,21 @@ impl Dcache {
 
     // ---------------------------------------------------------------- RCU
 
+    /// Starts loading what a bound memfs will read to look `name` up in
+    /// the directory whose inode is `di` (the one the walk read: its dentry
+    /// may turn negative meanwhile): for a walk that is about to ask it (an
+    /// update, or a lookup that missed in the dcache), so that the miss
+    /// overlaps the caller's own work. Cold: the walk of a cached path
+    /// never calls it.
+    #[cold]
+    #[inline(never)]
+    fn prefetch_fs_name(guard: &RcuGuard<'_>, di: &crate::inode::Inode, name: &[u8]) {
+        let sb = di.sb();
+        if let Some(m) = sb.fs.as_memfs() {
+            m.prefetch_bound(sb, guard, di, name);
+        }
+    }
+
     /// Walks `path` from `(mnt, start, seq)` in RCU mode. Returns the final
     /// place (a positive dentry) with the sequence count the caller must
     /// validate after reading it, a validated error, or `None` to fall back.
@@ -263,7 +278,11 @@ impl Dcache {
                 b"." => {}
                 b".." => (mnt, cur, seq) = self.dotdot_rcu(mnt, cur, seq)?,
                 name => {
-                    let (child, cseq) = self.lookup_rcu(guard, cur, name)?;
+                    let Some((child, cseq)) = self.lookup_rcu(guard, cur, name) else {
+                        // Not cached: REF-walk asks the filesystem next.
+                        Self::prefetch_fs_name(guard, ci, name);
+                        return None;
+                    };
                     if cur.seq.read_retry(seq) {
                         return None;
                     }
@@ -468,10 +487,7 @@ impl Dcache {
         }
         // The update will ask memfs about this name: its index line loads
         // while ours does.
-        let sb = dir.dir_sb();
-        if let Some(m) = sb.fs.as_memfs() {
-            m.prefetch_bound(sb, &guard, di, name);
-        }
+        Self::prefetch_fs_name(&guard, di, name);
         let trailing = end < path.len();
         let Some((child, cseq)) = self.lookup_rcu(&guard, dir, name) else {
             // Not cached (or changing): the directory, pinned as
