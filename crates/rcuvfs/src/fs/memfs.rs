@@ -844,12 +844,33 @@ impl MemFs {
 
     /// Removes `name` (not a directory) from `parent`.
     fn unlink_entry(&self, parent: Ino, name: &[u8]) -> Result<()> {
-        let rcu = self.rcu();
-        let g = rcu.read_lock();
+        let g = self.rcu().read_lock();
         let dir = self.dir(&g, parent)?;
+        self.unlink_in(&g, dir, name)
+    }
+
+    /// For the VFS of the superblock `sb`, if this memfs is bound to it:
+    /// unlinks `name` from `dir` (an inode of this memfs the VFS holds) as
+    /// `unlink` does, with no probe of the inode table for the directory.
+    /// `None`: not bound to `sb`.
+    pub(crate) fn unlink_bound(&self, sb: &Super, dir: &Inode, name: &[u8]) -> Option<Result<()>> {
+        // Relaxed: only compared (see `lookup_bound`).
+        if !ptr::eq(self.bound.load(Ordering::Relaxed), sb) {
+            return None;
+        }
+        if dir.kind != FileType::Dir {
+            return Some(fail(ENOTDIR));
+        }
+        let g = self.rcu().read_lock();
+        Some(self.unlink_in(&g, dir, name))
+    }
+
+    /// Removes the non-directory `name` from `dir`.
+    fn unlink_in(&self, g: &RcuGuard<'_>, dir: &Inode, name: &[u8]) -> Result<()> {
+        let rcu = self.rcu();
         let key = name_key(name);
         let l = dir.entries.lock(key, rcu);
-        let e = Self::find_locked(&g, &l, name, key).ok_or_else(|| err(ENOENT))?;
+        let e = Self::find_locked(g, &l, name, key).ok_or_else(|| err(ENOENT))?;
         let victim = e.inode();
         if victim.kind == FileType::Dir {
             return fail(EISDIR);

@@ -61,8 +61,12 @@ impl Vfs {
             return fail(if vi.kind == FileType::Dir { EISDIR } else { ENOTDIR });
         }
         self.may_delete(dir, victim, false)?;
-        let fs = dir_inode.fs();
-        fs.unlink(dir_inode.ino, n.name)?;
+        let sb = dir.dir_sb();
+        let bound = sb.fs.as_memfs().and_then(|m| m.unlink_bound(sb, dir_inode, n.name));
+        match bound {
+            Some(r) => r?,
+            None => sb.fs.unlink(dir_inode.ino, n.name)?,
+        }
         vi.mark_stale();
         dir_inode.mark_stale();
         dc.d_delete(victim);
