@@ -390,6 +390,23 @@ impl Dcache {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
+        self.pin_rcu(cred, &w, m, ms, d, seq).map(Ok)
+    }
+
+    /// Ends an RCU walk on `d`, which it read at `seq` under mount `m`
+    /// (the namespace at `ms`): takes the mount, then a reference on `d`,
+    /// then checks that `d` did not change since the walk read it.
+    /// `None`: a race; the caller falls back.
+    #[inline(always)]
+    fn pin_rcu<'a>(
+        &'a self,
+        cred: &'a Cred,
+        w: &RcuWalk,
+        m: &'a Mount,
+        ms: u32,
+        d: &Dentry,
+        seq: u32,
+    ) -> Option<(RefWalk<'a>, DRef<'a>)> {
         // The mount first: a dentry reference must not outlive its
         // filesystem's last mount; and no umount may succeed under us.
         let mref = self.mnt_get_rcu_checked(m, ms)?;
@@ -399,11 +416,11 @@ impl Dcache {
         // SAFETY: we just took this reference.
         let r = unsafe { DRef::adopt(self, d) };
         if d.seq.read_retry(seq) {
-            return None; // moved or killed after the walk read it
+            return None; // moved, filled, emptied or killed after the walk read it
         }
         let mut rw = RefWalk::new(cred, mref);
         rw.links = w.links;
-        Some(Ok((rw, r)))
+        Some((rw, r))
     }
 
     /// The parent walk of an update in RCU-walk: every component but the
@@ -492,36 +509,14 @@ impl Dcache {
         let Some((child, cseq)) = self.lookup_rcu(&guard, dir, name) else {
             // Not cached (or changing): the directory, pinned as
             // `walk_parent_rcu` would pin it, with no second walk.
-            if dir.seq.read_retry(dseq) {
-                return None;
-            }
-            let mref = self.mnt_get_rcu_checked(m, ms)?;
-            if !dir.lockref().get_not_dead() {
-                return None;
-            }
-            // SAFETY: we just took this reference.
-            let r = unsafe { DRef::adopt(self, dir) };
-            if dir.seq.read_retry(dseq) {
-                return None; // moved or killed after the walk read it
-            }
-            let mut rw = RefWalk::new(cred, mref);
-            rw.links = w.links;
+            let (rw, r) = self.pin_rcu(cred, &w, m, ms, dir, dseq)?;
             return Some(Ok(NameWalk::Missing(rw, Parent { dir: r, last: Last::Normal(name), trailing })));
         };
+        // The child was found in `dir` as the walk read it.
         if dir.seq.read_retry(dseq) {
             return None;
         }
-        let mref = self.mnt_get_rcu_checked(m, ms)?;
-        if !child.lockref().get_not_dead() {
-            return None;
-        }
-        // SAFETY: we just took this reference.
-        let r = unsafe { DRef::adopt(self, child) };
-        if child.seq.read_retry(cseq) {
-            return None; // moved, filled, emptied or killed meanwhile
-        }
-        let mut rw = RefWalk::new(cred, mref);
-        rw.links = w.links;
+        let (rw, r) = self.pin_rcu(cred, &w, m, ms, child, cseq)?;
         Some(Ok(NameWalk::Cached { w: rw, dir, child: r, cseq, name, trailing }))
     }
 
