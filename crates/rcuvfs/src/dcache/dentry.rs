@@ -370,15 +370,17 @@ impl Dentry {
 
     /// Starts loading the line of its parent's index where it sits (the
     /// shrinker's next victim, whose unhash then does not wait for it).
-    /// `_g` keeps the parent and its index's table allocated.
-    pub(super) fn prefetch_slot(&self, _g: &crate::sync::RcuGuard<'_>) {
+    /// `g` keeps the parent and its index's table allocated.
+    pub(super) fn prefetch_slot(&self, g: &crate::sync::RcuGuard<'_>) {
+        // Relaxed: a hint; a parent changed by a rename meanwhile only
+        // loads the wrong line.
         let p = self.parent.load(Ordering::Relaxed);
         if p.is_null() || ptr::eq(p, self) {
             return;
         }
-        // SAFETY: a dentry reached under `_g` is freed only a grace period
+        // SAFETY: a dentry reached under `g` is freed only a grace period
         // after it was killed, and so is any parent it pointed to.
-        unsafe { &*p }.children.prefetch(_g, self.name().hash);
+        unsafe { &*p }.children.prefetch(g, self.name().hash);
     }
 
     #[inline]

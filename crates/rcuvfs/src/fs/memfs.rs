@@ -436,6 +436,17 @@ impl MemFs {
         let _ = self.bound.compare_exchange(sb as *const Super as *mut Super, ptr::null_mut(), s, s);
     }
 
+    /// Whether this memfs is bound to the superblock `sb` (its inodes are
+    /// that VFS's), for the `*_bound` shortcuts the VFS takes.
+    #[inline]
+    fn bound_to(&self, sb: &Super) -> bool {
+        // Relaxed: only compared. `sb` reaches us through the VFS that
+        // `bind` published this binding to (it stored `bound` before the
+        // superblock was made reachable), and an unbind comes only with
+        // that superblock's teardown, after its last call.
+        ptr::eq(self.bound.load(Ordering::Relaxed), sb)
+    }
+
     /// For the VFS of the superblock `sb`, if this memfs is bound to it
     /// (its inodes are that VFS's): the inode `name` names in directory
     /// `dir` (an inode of this memfs), with a VFS reference, found from
@@ -452,11 +463,7 @@ impl MemFs {
         name: &[u8],
         counters: &crate::counters::LiveCounters,
     ) -> Option<Option<*const Inode>> {
-        // Relaxed: only compared. `sb` reaches us through the VFS that
-        // `bind` published this binding to (it stored `bound` before the
-        // superblock was made reachable), and an unbind comes only with
-        // that superblock's teardown, after its last lookup.
-        if !ptr::eq(self.bound.load(Ordering::Relaxed), sb) {
+        if !self.bound_to(sb) {
             return None;
         }
         let g = self.rcu().read_lock();
@@ -472,8 +479,7 @@ impl MemFs {
     /// dcache's index; the two misses then overlap. `g`: a read section of
     /// the VFS's RCU domain, which a bound memfs shares.
     pub(crate) fn prefetch_bound(&self, sb: &Super, g: &RcuGuard<'_>, dir: &Inode, name: &[u8]) {
-        // Relaxed: only compared (see `lookup_bound`).
-        if ptr::eq(self.bound.load(Ordering::Relaxed), sb) {
+        if self.bound_to(sb) {
             dir.entries.prefetch(g, name_key(name));
         }
     }
@@ -680,8 +686,7 @@ impl MemFs {
         owner: Owner,
         counters: &crate::counters::LiveCounters,
     ) -> Option<Result<*const Inode>> {
-        // Relaxed: only compared (see `lookup_bound`).
-        if !ptr::eq(self.bound.load(Ordering::Relaxed), sb) {
+        if !self.bound_to(sb) {
             return None;
         }
         let g = self.rcu().read_lock();
@@ -854,8 +859,7 @@ impl MemFs {
     /// `unlink` does, with no probe of the inode table for the directory.
     /// `None`: not bound to `sb`.
     pub(crate) fn unlink_bound(&self, sb: &Super, dir: &Inode, name: &[u8]) -> Option<Result<()>> {
-        // Relaxed: only compared (see `lookup_bound`).
-        if !ptr::eq(self.bound.load(Ordering::Relaxed), sb) {
+        if !self.bound_to(sb) {
             return None;
         }
         if dir.kind != FileType::Dir {

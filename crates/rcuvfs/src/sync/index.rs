@@ -553,7 +553,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             if e == EMPTY {
                 return None;
             }
-            if is_entry(e) && v & !(PTR | FLAGS) == want {
+            if is_entry(e) && v & TAG_BITS == want {
                 // SAFETY: entries are freed only a grace period after their
                 // removal, and we are in a read section (`_guard`).
                 if let Probe::Stop(r) = f(unsafe { &*(e as *const T) }) {
@@ -1275,7 +1275,7 @@ impl<T: Indexed> Locked<'_, T> {
             if e == EMPTY {
                 return None;
             }
-            if is_entry(e) && v & !(PTR | FLAGS) == want {
+            if is_entry(e) && v & TAG_BITS == want {
                 // SAFETY: entries in the table are live; keys of this home
                 // are not removed while we hold it.
                 if let Probe::Stop(r) = f(unsafe { &*(e as *const T) }) {

@@ -80,9 +80,9 @@ impl Vfs {
         perm: u32,
     ) -> Result<()> {
         let (owner, perm) = self.new_owner(dir_attr, node.kind(), perm);
-        let sb = dir.dir_sb();
+        let dir_inode = dir.inode().expect("positive directory");
+        let sb = dir_inode.sb();
         if let Some(m) = sb.fs.as_memfs() {
-            let dir_inode = dir.inode().expect("positive directory");
             if let Some(r) = m.create_bound(sb, dir_inode, name, &node, perm, owner, &self.dc().counters) {
                 self.instantiate_inode(dir, d, r?);
                 return Ok(());

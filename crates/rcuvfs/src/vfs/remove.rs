@@ -61,7 +61,7 @@ impl Vfs {
             return fail(if vi.kind == FileType::Dir { EISDIR } else { ENOTDIR });
         }
         self.may_delete(dir, victim, false)?;
-        let sb = dir.dir_sb();
+        let sb = dir_inode.sb();
         let bound = sb.fs.as_memfs().and_then(|m| m.unlink_bound(sb, dir_inode, n.name));
         match bound {
             Some(r) => r?,
