@@ -1,7 +1,7 @@
 //! The invariant check: what must hold at every instant, checked while
 //! updates run (nothing here stops them).
 
-use super::dentry::{Dentry, HASHED, LRU_SHARD_MASK, LRU_SHARD_SHIFT, ON_LRU};
+use super::dentry::{Dentry, HASHED, LRU_SHARD_MASK, LRU_SHARD_SHIFT, NEG_LRU, ON_LRU};
 use super::lru::lru_next;
 use super::Dcache;
 use crate::sync::atomic::Ordering;
@@ -69,8 +69,8 @@ impl Dcache {
         }
         drop(supers);
         let mut err = None;
-        let mut shard = 0;
-        self.lrus.for_each_locked(|head, tail| {
+        self.lrus.for_each_locked(|shard, negative, head, tail, len| {
+            let kind = if negative { "negative" } else { "positive" };
             let mut prev: *const Dentry = std::ptr::null();
             let mut p = head;
             let mut n = 0usize;
@@ -84,6 +84,10 @@ impl Dcache {
                     err = Some(format!("dentry {p:p} on LRU shard {shard} with flags {f:#x}"));
                 } else if d.lockref().count_hint() == DEAD {
                     err = Some(format!("dead dentry {p:p} on LRU shard {shard}"));
+                } else if (f & NEG_LRU != 0) != negative || d.inode.load(Ordering::Relaxed).is_null() != negative {
+                    // The inode changes only with the shard's lock held
+                    // while the dentry is on a list (`lru_flip_locked`).
+                    err = Some(format!("dentry {p:p} with flags {f:#x} on LRU shard {shard}'s {kind} list"));
                 }
                 // SAFETY: the shard's lock is held.
                 let (pv, nx) = unsafe { lru_next(d) };
@@ -98,9 +102,11 @@ impl Dcache {
                 p = nx;
             }
             if err.is_none() && !std::ptr::eq(tail, prev) {
-                err = Some(format!("broken tail of LRU shard {shard}"));
+                err = Some(format!("broken tail of LRU shard {shard}'s {kind} list"));
             }
-            shard += 1;
+            if err.is_none() && n != len {
+                err = Some(format!("LRU shard {shard}'s {kind} list holds {n} dentries and counts {len}"));
+            }
         });
         err.map_or(Ok(()), Err)
     }

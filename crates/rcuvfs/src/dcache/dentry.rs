@@ -132,6 +132,7 @@ impl Name {
 // | 3      | `REFERENCED` | none (a hint; set only where clear) | looked up since the shrinker last passed |
 // | 4      | `ON_LRU`     | d_lock and its LRU shard's lock | on an LRU shard's list |
 // | 5      | `MOUNTED`    | the namespace lock            | something is mounted here |
+// | 6      | `NEG_LRU`    | with `ON_LRU`                 | on its shard's negative list (set iff the dentry is negative while `ON_LRU`) |
 // | 8..12  | LRU shard    | with `ON_LRU`                 | which shard's list it is on |
 
 pub const HASHED: u32 = 1;
@@ -145,6 +146,10 @@ pub const REFERENCED: u32 = 8;
 pub const ON_LRU: u32 = 16;
 /// Something is mounted here (changed under the namespace lock).
 pub const MOUNTED: u32 = 32;
+/// On its LRU shard's list of negative dentries rather than its list of
+/// positive ones; changes with `ON_LRU`, or where the dentry turns positive
+/// or negative while on a list (`Dcache::lru_flip_locked`).
+pub const NEG_LRU: u32 = 64;
 pub(crate) const LRU_SHARD_SHIFT: u32 = 8;
 pub(crate) const LRU_SHARD_MASK: u32 = 0x3f << LRU_SHARD_SHIFT;
 
@@ -152,6 +157,9 @@ pub(crate) const LRU_SHARD_MASK: u32 = 0x3f << LRU_SHARD_SHIFT;
 pub(super) struct LruLinks {
     pub prev: *const Dentry,
     pub next: *const Dentry,
+    /// When it joined the tail (the shard's clock): which of a shard's two
+    /// lists holds the older head.
+    pub stamp: u64,
 }
 
 /// A dentry. The first cache line holds what the RCU lookup reads; the
@@ -196,7 +204,7 @@ pub(crate) struct Dentry {
     pub(super) sb: AtomicPtr<Super>,
     /// Explicit (atomic) tail, so the struct has no implicit padding: see
     /// `iname` (Miri caught the tail padding too).
-    pub(super) _tail: [std::sync::atomic::AtomicU64; 3],
+    pub(super) _tail: [std::sync::atomic::AtomicU64; 2],
     /// Set by the loom RCU stand-in once the grace period that began at
     /// this dentry's kill has ended, when the real build may free it: every
     /// touch checks it (`check_live`).
@@ -260,7 +268,7 @@ impl Dentry {
             lockref_packed: lockref(),
             iname: std::cell::UnsafeCell::new([0; 2]),
             lockref_split: lockref(),
-            lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null() }),
+            lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null(), stamp: 0 }),
             alias_next: UnsafeCell::new(ptr::null()),
             sb: AtomicPtr::new(sb as *mut Super),
             _tail: std::array::from_fn(|_| std::sync::atomic::AtomicU64::new(0)),

@@ -300,25 +300,35 @@ fn hold(dc: &Dcache, name: &[u8]) -> Held {
 /// of live dentries, each flagged `ON_LRU`; the tree (found through the
 /// indexes) holds exactly as many dentries as the counter says, none dead.
 fn check_cache(dc: &Dcache) {
-    use super::dentry::{Dentry, ON_LRU};
+    use super::dentry::{Dentry, NEG_LRU, ON_LRU};
     use crate::sync::lockref::DEAD;
-    dc.lrus.for_each_locked(|head, tail| {
+    dc.lrus.for_each_locked(|_, negative, head, tail, len| {
         let mut prev: *const Dentry = std::ptr::null();
         let mut p = head;
+        let mut n = 0;
         while !p.is_null() {
             // SAFETY: the stand-in frees nothing before the model ends;
             // `check_live` says whether the real build could have.
             let d = unsafe { &*p };
             d.check_live();
-            assert!(d.flags.load(loom::sync::atomic::Ordering::SeqCst) & ON_LRU != 0, "on the LRU without ON_LRU");
+            let f = d.flags.load(loom::sync::atomic::Ordering::SeqCst);
+            assert!(f & ON_LRU != 0, "on the LRU without ON_LRU");
+            assert_eq!(f & NEG_LRU != 0, negative, "NEG_LRU names the other list");
+            assert_eq!(
+                d.inode.load(loom::sync::atomic::Ordering::SeqCst).is_null(),
+                negative,
+                "on the other kind's list"
+            );
             assert_ne!(d.lockref().count_hint(), DEAD, "a dead dentry on the LRU");
             // SAFETY: the shard's lock is held.
             let (pv, nx) = unsafe { super::lru::lru_next(d) };
             assert_eq!(pv, prev, "a broken LRU back link");
             prev = p;
             p = nx;
+            n += 1;
         }
         assert_eq!(tail, prev, "a broken LRU tail");
+        assert_eq!(n, len, "a list's length is off");
     });
     let g = dc.rcu.read_lock();
     let mut n = 0;
@@ -406,12 +416,71 @@ fn loom_dput_vs_notify_invalidation() {
 #[test]
 fn loom_dput_vs_lru_shrinker() {
     dput_vs(
-        |dc| dc.shrink(1, false),
+        |dc| {
+            dc.shrink(1, false);
+        },
         |dc| {
             // `x` stays on the LRU while held (lazy removal); clear its bit.
             let x = dc.d_lookup(dc.root(), b"x").expect("cached");
             x.flags.fetch_and(!super::dentry::REFERENCED, loom::sync::atomic::Ordering::SeqCst);
         },
+    );
+}
+
+/// A dentry that turns negative or positive while on the LRU (lazily, in
+/// use) moves to its shard's list of its new kind, racing a shrinker pass
+/// of either kind: `flip` runs in one thread on the cached, unused `x`
+/// (20) with the negative `n` also cached; the shrinker frees one dentry
+/// in another. Whatever the interleaving, every list holds only its own
+/// kind (`check_cache`), and nothing is touched after its grace period.
+fn flip_vs_shrinker(flip: fn(&Dcache), negatives_only: bool) {
+    model(move || {
+        let dc = cache();
+        add(&dc, b"x", 20);
+        drop(dc.d_add(dc.root(), b"n", std::ptr::null()));
+        let flipper = {
+            let dc = dc.clone();
+            thread::spawn(move || flip(&dc))
+        };
+        let shrinker = {
+            let dc = dc.clone();
+            thread::spawn(move || dc.shrink(1, negatives_only))
+        };
+        flipper.join().unwrap();
+        shrinker.join().unwrap();
+        check_cache(&dc);
+    });
+}
+
+/// `unlink(x)` by its only holder: `d_delete` turns it negative in place,
+/// and it moves from the positive list to the negative one, under a pass
+/// for negatives only (the negative-dentry target).
+#[test]
+fn loom_unlink_vs_negative_shrinker() {
+    flip_vs_shrinker(
+        |dc| {
+            let d = dc.d_lookup(dc.root(), b"x").expect("cached");
+            dc.d_delete(&d);
+            assert!(d.inode().is_none(), "the only holder's unlink leaves it negative");
+        },
+        true,
+    );
+}
+
+/// A create over the cached negative `n`: `d_instantiate` moves it to the
+/// positive list, under a pass over the whole cache.
+#[test]
+fn loom_create_over_negative_vs_shrinker() {
+    flip_vs_shrinker(
+        |dc| {
+            // The shrinker may have freed `n` already: then there is
+            // nothing to flip.
+            if let Some(d) = dc.d_lookup(dc.root(), b"n") {
+                let ip = dc.root_sb().iget(&attr(22), false, &dc.counters).unwrap();
+                dc.d_instantiate(&d, ip);
+            }
+        },
+        false,
     );
 }
 

@@ -304,12 +304,14 @@ impl Dcache {
     /// the name's name lock and a reference on `inode`, which passes to the
     /// dentry.
     pub fn d_instantiate(&self, d: &Dentry, inode: *const Inode) {
-        let _g = d.lockref().lock();
+        let g = d.lockref().lock();
         debug_assert!(d.inode.load(Ordering::Relaxed).is_null());
-        d.seq.write_begin();
-        // Release: publishes the inode's fields (see `Dentry::inode`).
-        d.inode.store(inode as *mut Inode, Ordering::Release);
-        d.seq.write_end();
+        self.lru_flip_locked(d, &g, || {
+            d.seq.write_begin();
+            // Release: publishes the inode's fields (see `Dentry::inode`).
+            d.inode.store(inode as *mut Inode, Ordering::Release);
+            d.seq.write_end();
+        });
         self.counters.negative.add(-1);
         Self::alias_add(inode, d);
     }
@@ -323,9 +325,12 @@ impl Dcache {
         // The caller's reference the only one: no child either (children
         // hold references).
         if g.count() == 1 && !d.is_root() {
-            d.seq.write_begin();
-            let inode = d.inode.swap(ptr::null_mut(), Ordering::Relaxed);
-            d.seq.write_end();
+            let inode = self.lru_flip_locked(d, &g, || {
+                d.seq.write_begin();
+                let inode = d.inode.swap(ptr::null_mut(), Ordering::Relaxed);
+                d.seq.write_end();
+                inode
+            });
             drop(g);
             Self::alias_del(inode, d);
             self.counters.negative.add(1);

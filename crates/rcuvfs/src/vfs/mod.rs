@@ -311,7 +311,7 @@ impl Vfs {
         self.state.fs().statfs()
     }
 
-    fn dc(&self) -> &Dcache {
+    pub(crate) fn dc(&self) -> &Dcache {
         &self.state.dc
     }
 }
