@@ -567,7 +567,12 @@ fn loom_mark_stale_vs_refresh() {
     model(|| {
         let fs = Arc::new(Stub::new(Some(20)));
         let dc = cache_over(fs.clone());
+        // Twice: the second put marks `x` referenced, so that the
+        // threads' puts take the lockless path. This model is about the
+        // stale mark; the LRU's first put has models of its own, and three
+        // threads each taking its lock ran for minutes.
         drop(dc.lookup_ref(dc.root(), b"x").expect("found"));
+        drop(dc.lookup_ref(dc.root(), b"x").expect("cached"));
         let update = |dc: Arc<Dcache>, fs: Arc<Stub>| {
             thread::spawn(move || {
                 fs.changes.fetch_add(1, loom::sync::atomic::Ordering::SeqCst);

@@ -191,9 +191,10 @@ fn shard_of(f: u32) -> usize {
 
 impl Dcache {
     /// Notes that `d`'s count just reached zero while hashed (`d_lru_add`):
-    /// it goes on the calling thread's shard list (referenced), or, already
-    /// on a list, is marked referenced. The caller holds `d`'s `d_lock`
-    /// (`_g`), and `d` is not dead.
+    /// it goes on the calling thread's shard list, not referenced (as in
+    /// Linux: a dentry used once is the first to go), or, already on a
+    /// list, is marked referenced. The caller holds `d`'s `d_lock` (`_g`),
+    /// and `d` is not dead.
     pub(super) fn lru_add_locked(&self, d: &Dentry, _g: &LockrefGuard<'_>) {
         d.check_live();
         let f = d.flags.load(Ordering::Relaxed);
@@ -210,7 +211,7 @@ impl Dcache {
         let mut lists = self.lrus.shards[s].0.lock();
         d.flags.fetch_and(!(LRU_SHARD_MASK | NEG_LRU), Ordering::Relaxed);
         let kind = if negative { NEG_LRU } else { 0 };
-        d.flags.fetch_or(ON_LRU | REFERENCED | kind | (s as u32) << LRU_SHARD_SHIFT, Ordering::Relaxed);
+        d.flags.fetch_or(ON_LRU | kind | (s as u32) << LRU_SHARD_SHIFT, Ordering::Relaxed);
         crate::sync::audit::shared_writes(1);
         // SAFETY: the shard lock is held; `d` is live (we hold its d_lock
         // and it is not dead) and on no list (`ON_LRU` clear, which cannot
@@ -316,10 +317,11 @@ impl Dcache {
         // A bounded walk (Linux's `nr_to_scan`): twice what we must free, so
         // that one call cannot sweep the whole list, clearing every bit and
         // then freeing what was just spared; the next allocation continues.
-        // A pass for negatives only may also walk its whole list once (new
-        // dentries start referenced), so that it frees what it must at
-        // once and the negative dentries stay within their slack: it meets
-        // only negative ones, each at most once to spend its second chance.
+        // A pass for negatives only may also walk its whole list once (a
+        // miss looked up again is referenced), so that it frees what it
+        // must at once and the negative dentries stay within their slack:
+        // it meets only negative ones, each at most once to spend its
+        // second chance.
         let mut budget = 2 * want + 16;
         if negatives_only {
             budget += self.lrus.shards[s].0.lock().negative.len;
@@ -463,10 +465,10 @@ mod tests {
 
     /// A pass for negative dentries only (the negative-dentry target) looks
     /// at negative dentries only: with 20,000 unused files cached before
-    /// 1,000 negative ones, freeing 500 of those looks at 1,500 dentries
-    /// (each of the 1,000 once to spend its second chance, then the 500)
-    /// and leaves every file cached. On one list it stepped over all
-    /// 20,000 files, every pass.
+    /// 1,000 negative ones, each missed twice (so referenced), freeing 500
+    /// of those looks at 1,500 dentries (each of the 1,000 once to spend
+    /// its second chance, then the 500) and leaves every file cached. On
+    /// one list it stepped over all 20,000 files, every pass.
     #[test]
     #[cfg_attr(miri, ignore = "21,000 names: minutes under Miri; the test below runs the same code")]
     fn a_pass_for_negative_dentries_looks_at_no_file() {
@@ -474,8 +476,10 @@ mod tests {
         for i in 0..20_000 {
             vfs.write(format!("/f{i}"), b"").unwrap();
         }
-        for i in 0..1_000 {
-            vfs.metadata(format!("/m{i}")).unwrap_err();
+        for _ in 0..2 {
+            for i in 0..1_000 {
+                vfs.metadata(format!("/m{i}")).unwrap_err();
+            }
         }
         let c = &vfs.dc().counters;
         let (files, negatives) = (c.dentries() - c.negative_dentries(), c.negative_dentries());
@@ -541,5 +545,28 @@ mod tests {
         }
         assert!(c.negative_dentries() <= 1_600 + 100 + 64, "{} negative dentries left", c.negative_dentries());
         vfs.dc().check_invariants().unwrap();
+    }
+
+    /// The second chance goes to what was used again: a dentry whose count
+    /// dropped to zero once is the first to go (Linux's `d_lru_add`), one
+    /// looked up since is spared. 100 files made, 50 of them looked up
+    /// again; a pass that frees 50 frees the other 50. (When every new
+    /// dentry started referenced, the pass spent all 100 second chances
+    /// and then freed in list order: the 50 looked up again first.)
+    #[test]
+    fn a_pass_frees_the_dentries_used_once_before_those_looked_up_again() {
+        let vfs = Vfs::builder().build().unwrap();
+        for i in 0..100 {
+            vfs.write(format!("/f{i}"), b"").unwrap();
+        }
+        for i in 0..50 {
+            vfs.metadata(format!("/f{i}")).unwrap();
+        }
+        assert_eq!(shrink_fully(&vfs, 50, false).freed, 50);
+        let dc = vfs.dc();
+        let cached: Vec<usize> =
+            (0..100).filter(|i| dc.d_lookup(dc.root(), format!("f{i}").as_bytes()).is_some()).collect();
+        assert_eq!(cached, (0..50).collect::<Vec<_>>(), "the files cached after the pass");
+        dc.check_invariants().unwrap();
     }
 }
