@@ -317,15 +317,10 @@ impl Dcache {
         // A bounded walk (Linux's `nr_to_scan`): twice what we must free, so
         // that one call cannot sweep the whole list, clearing every bit and
         // then freeing what was just spared; the next allocation continues.
-        // A pass for negatives only may also walk its whole list once (a
-        // miss looked up again is referenced), so that it frees what it
-        // must at once and the negative dentries stay within their slack:
-        // it meets only negative ones, each at most once to spend its
-        // second chance.
+        // The same for a pass for negatives only: with a million names just
+        // removed, each looked up by its unlink (referenced), one call
+        // walking its whole list would stall for a tenth of a second.
         let mut budget = 2 * want + 16;
-        if negatives_only {
-            budget += self.lrus.shards[s].0.lock().negative.len;
-        }
         while freed < want && budget > 0 {
             budget -= 1;
             let (victim, g) = {

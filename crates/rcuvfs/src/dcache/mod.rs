@@ -22,10 +22,10 @@
 //! | `Dcache::rename_mutex`   | the tree's shape across directories (Linux `s_vfs_rename_mutex`): held by a cross-directory rename, a mount, and a lookup that moves a directory's dentry to another parent; ancestry checks under it are exact |
 //! | `Dcache::renames` (seqcount) | written under `rename_mutex` around every move across directories: a path built under RCU (`d_path`) validates it |
 //! | a name lock (`names`)    | one name in one directory: its binding in the filesystem, and the dcache's record of it, across a lookup miss, create, remove or rename of it |
-//! | a dentry's `d_lock` (its lockref's lock) | the count's transitions to and from zero; the `HASHED` and `ON_LRU` flags; the inode pointer; the name and parent (with the name lock); the dead transition |
+//! | a dentry's `d_lock` (its lockref's lock) | the count's transitions to and from zero; the `HASHED`, `ON_LRU` and `NEG_LRU` flags; the inode pointer; the name and parent (with the name lock); the dead transition |
 //! | `Dentry::seq` (seqcount) | written inside `d_lock` whenever the name, parent, inode or hashed state changes; invalidated when the dentry leaves its index or dies |
 //! | an index's home lock     | the index entries of the keys whose home it is (`sync::index`) |
-//! | an LRU shard's lock      | that shard's list links (a dentry's `ON_LRU` changes only with both its `d_lock` and this held) |
+//! | an LRU shard's lock      | that shard's two lists (positive and negative dentries), their lengths and its clock; a dentry's `ON_LRU`, `NEG_LRU` and shard bits change only with both its `d_lock` and this held, and so does the inode pointer of a dentry on a list (`lru_flip_locked`), so that a list holds only its kind for anyone holding this lock |
 //! | `Inode::aliases`         | an inode's list of the dentries that name it (a leaf)     |
 //!
 //! Order: `supers`, then `rename_mutex`, then name locks (two in stripe
