@@ -35,7 +35,6 @@ use crate::sync::{LockrefGuard, Mutex};
 pub(super) struct Lru {
     head: *const Dentry,
     tail: *const Dentry,
-    len: usize,
 }
 
 /// A shard's two lists, under one lock, and the clock that stamps each
@@ -94,18 +93,18 @@ unsafe impl Sync for Lrus {}
 
 impl Lrus {
     pub fn new() -> Lrus {
-        let empty = || Lru { head: ptr::null(), tail: ptr::null(), len: 0 };
+        let empty = || Lru { head: ptr::null(), tail: ptr::null() };
         let lists = || Padded(Mutex::new(Lists { positive: empty(), negative: empty(), clock: 0 }));
         Lrus { shards: (0..SHARDS).map(|_| lists()).collect() }
     }
 
-    /// Calls `f(shard, negative, head, tail, len)` for each list, with its
+    /// Calls `f(shard, negative, head, tail)` for each list, with its
     /// shard's lock held, one shard at a time.
-    pub fn for_each_locked(&self, mut f: impl FnMut(usize, bool, *const Dentry, *const Dentry, usize)) {
+    pub fn for_each_locked(&self, mut f: impl FnMut(usize, bool, *const Dentry, *const Dentry)) {
         for (k, s) in self.shards.iter().enumerate() {
             let l = s.0.lock();
-            f(k, false, l.positive.head, l.positive.tail, l.positive.len);
-            f(k, true, l.negative.head, l.negative.tail, l.negative.len);
+            f(k, false, l.positive.head, l.positive.tail);
+            f(k, true, l.negative.head, l.negative.tail);
         }
     }
 }
@@ -121,14 +120,15 @@ unsafe fn links(d: &Dentry) -> &mut super::dentry::LruLinks {
     d.lru.with_mut(|p| unsafe { &mut *p })
 }
 
-/// The next dentry on `d`'s list (for the invariant check).
+/// The neighbours of `d` on its list and its stamp (for the invariant
+/// check: stamps rise along a list, which `Lists::next_list` relies on).
 ///
 /// # Safety
 /// As `links`.
-pub(super) unsafe fn lru_next(d: &Dentry) -> (*const Dentry, *const Dentry) {
+pub(super) unsafe fn lru_next(d: &Dentry) -> (*const Dentry, *const Dentry, u64) {
     // SAFETY: the caller's contract.
     let l = unsafe { links(d) };
-    (l.prev, l.next)
+    (l.prev, l.next, l.stamp)
 }
 
 /// Puts `d` at the list's tail, stamped `stamp`. The caller holds the
@@ -150,7 +150,6 @@ unsafe fn append(lru: &mut Lru, d: &Dentry, stamp: u64) {
         }
     }
     lru.tail = d;
-    lru.len += 1;
 }
 
 /// Unlinks `d`, leaving its flags alone (a rotation relinks it at once).
@@ -172,7 +171,6 @@ unsafe fn unlink(lru: &mut Lru, d: &Dentry) {
         l.prev = ptr::null();
         l.next = ptr::null();
     }
-    lru.len -= 1;
 }
 
 /// What a shrinker pass did.

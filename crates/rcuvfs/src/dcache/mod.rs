@@ -25,7 +25,7 @@
 //! | a dentry's `d_lock` (its lockref's lock) | the count's transitions to and from zero; the `HASHED`, `ON_LRU` and `NEG_LRU` flags; the inode pointer; the name and parent (with the name lock); the dead transition |
 //! | `Dentry::seq` (seqcount) | written inside `d_lock` whenever the name, parent, inode or hashed state changes; invalidated when the dentry leaves its index or dies |
 //! | an index's home lock     | the index entries of the keys whose home it is (`sync::index`) |
-//! | an LRU shard's lock      | that shard's two lists (positive and negative dentries), their lengths and its clock; a dentry's `ON_LRU`, `NEG_LRU` and shard bits change only with both its `d_lock` and this held, and so does the inode pointer of a dentry on a list (`lru_flip_locked`), so that a list holds only its kind for anyone holding this lock |
+//! | an LRU shard's lock      | that shard's two lists (positive and negative dentries) and its clock; a dentry's `ON_LRU`, `NEG_LRU` and shard bits change only with both its `d_lock` and this held, and so does the inode pointer of a dentry on a list (`lru_flip_locked`), so that a list holds only its kind for anyone holding this lock |
 //! | `Inode::aliases`         | an inode's list of the dentries that name it (a leaf)     |
 //!
 //! Order: `supers`, then `rename_mutex`, then name locks (two in stripe
