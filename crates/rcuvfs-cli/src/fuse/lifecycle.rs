@@ -10,7 +10,7 @@ use std::time::Duration;
 use fuser::{Config, MountOption, SessionACL};
 use rcuvfs::{AtimePolicy, Vfs};
 
-use super::nodes::{DataCache, KernelNotify, Server};
+use super::nodes::{DataCache, KernelNotify, Mounted, Server};
 use super::MountArgs;
 
 /// Mounts and serves until unmounted (`umount`, `fusermount3 -u`) or until
@@ -91,13 +91,21 @@ pub fn run(args: MountArgs) -> io::Result<()> {
         keep: args.backend == "memfs",
         writeback: args.writeback_cache,
         // Host files only; the kernel refuses it with the writeback cache.
-        passthrough: args.backend.starts_with("passthrough:") && !args.no_kernel_passthrough && !args.writeback_cache,
+        passthrough: std::sync::atomic::AtomicBool::new(
+            args.backend.starts_with("passthrough:")
+                && !args.no_kernel_passthrough
+                && !args.writeback_cache
+                && !args.io_uring,
+        ),
         // memfs never gives a number to a second object. The host does (a
         // passthrough would need the host's generation numbers in FUSE's),
         // and etcd's numbers are the cluster's.
         export: args.backend == "memfs",
     };
-    let server = Server::new(vfs, ttl, data, kernel.clone());
+    if args.io_uring {
+        super::uring::kernel_allows()?;
+    }
+    let server = Mounted(Arc::new(Server::new(vfs, ttl, data, kernel.clone())));
 
     let mut config = Config::default();
     config.mount_options = vec![MountOption::FSName(opts.fsname.clone()), MountOption::Subtype("rcuvfs".into())];
@@ -110,7 +118,8 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = if args.backend == "memfs" { args.threads.clamp(1, cores.max(2)) } else { args.threads.max(1) };
     config.n_threads = Some(workers);
-    config.clone_fd = true;
+    // Over io_uring fuser reads a socket, which has no clones.
+    config.clone_fd = !args.io_uring;
 
     let on = |e: io::Error| io::Error::new(e.kind(), format!("mount on {}: {e}", args.mountpoint.display()));
     // As root, the mount is made here, typed fuse.rcuvfs (fuser's own
@@ -119,6 +128,20 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     // fusermount3, which types it so too.
     let fd = mount_direct(&args.mountpoint, &opts, &args.fstype).map_err(on)?;
     let direct = fd.is_some();
+    if args.io_uring && fd.is_none() {
+        let _ = unmount(&args.mountpoint);
+        return Err(on(io::Error::other("--io-uring needs root (the server mounts itself)")));
+    }
+    let fd = match fd {
+        Some(fd) if args.io_uring => match super::uring::start(fd, server.clone(), workers) {
+            Ok(bridge) => Some(bridge),
+            Err(e) => {
+                let _ = unmount(&args.mountpoint);
+                return Err(on(e));
+            }
+        },
+        fd => fd,
+    };
     let mut session = match fd {
         Some(fd) => match fuser::Session::from_fd(server, fd, SessionACL::All, config) {
             Ok(s) => s,

@@ -41,6 +41,7 @@ use std::path::PathBuf;
 mod lifecycle;
 mod nodes;
 mod ops;
+mod uring;
 
 pub use lifecycle::run;
 
@@ -121,6 +122,12 @@ pub struct MountArgs {
     /// FSTYP=fuse; mount(8) then hands a remount to fuse3's mount.fuse).
     #[arg(long, default_value = "fuse.rcuvfs", value_parser = ["fuse.rcuvfs", "fuse"])]
     fstype: String,
+    /// Serve requests over io_uring (Linux 6.14+, as root, with the fuse
+    /// module's `enable_uring` parameter on): a thread per CPU answers the
+    /// requests of callers on that CPU, with no cross-CPU wake-up per
+    /// request. Not with the kernel's FUSE passthrough.
+    #[arg(long)]
+    io_uring: bool,
 }
 
 fn default_threads() -> usize {

@@ -89,7 +89,6 @@ impl rcuvfs::fs::Notify for KernelNotify {
 }
 
 /// How the kernel may cache file data.
-#[derive(Clone, Copy)]
 pub(super) struct DataCache {
     /// `FOPEN_KEEP_CACHE` on every open.
     pub(super) keep: bool,
@@ -97,12 +96,32 @@ pub(super) struct DataCache {
     pub(super) writeback: bool,
     /// The kernel's FUSE passthrough for host files (asked for; turned off
     /// at init if the kernel does not offer it).
-    pub(super) passthrough: bool,
+    pub(super) passthrough: std::sync::atomic::AtomicBool,
     /// `FUSE_EXPORT_SUPPORT`: the kernel may hand out file handles
     /// (`name_to_handle_at`, NFS) naming a node by its number, and look it
     /// up by number again (a lookup of "." in it) after forgetting it. Only
     /// where a number is never given to another object: memfs.
     pub(super) export: bool,
+}
+
+impl DataCache {
+    /// Whether open files use the kernel's FUSE passthrough (cleared at
+    /// init if the kernel has none).
+    pub(super) fn passthrough(&self) -> bool {
+        self.passthrough.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The server as fuser runs it: shared with the io_uring queues' threads
+/// (`uring`), which answer some requests themselves.
+#[derive(Clone)]
+pub(super) struct Mounted(pub(super) Arc<Server>);
+
+impl std::ops::Deref for Mounted {
+    type Target = Server;
+    fn deref(&self) -> &Server {
+        &self.0
+    }
 }
 
 pub(super) struct Server {
@@ -186,9 +205,39 @@ impl Server {
 
     /// The view a request runs in: the caller's credentials.
     pub(super) fn view(&self, req: &Request) -> Vfs {
-        let (uid, gid) = (req.uid(), req.gid());
-        let groups = if uid == 0 { Vec::new() } else { groups(req.pid()) };
+        self.view_of(req.uid(), req.gid(), req.pid())
+    }
+
+    /// The view of a caller named by a request's header.
+    pub(super) fn view_of(&self, uid: u32, gid: u32, pid: u32) -> Vfs {
+        let groups = if uid == 0 { Vec::new() } else { groups(pid) };
         self.vfs.with_cred(Cred::new(uid, gid, &groups))
+    }
+
+    /// A LOOKUP: `name` in `parent`, counted as the kernel's reference.
+    pub(super) fn lookup_name(&self, v: &Vfs, parent: INodeNo, name: &OsStr) -> Result<FileAttr, Errno> {
+        if name.as_bytes() == b"." {
+            self.lookup_self(parent)
+        } else {
+            self.entry(parent).and_then(|p| self.lookup_entry(v, &p, name))
+        }
+    }
+
+    /// A GETATTR of `ino`, through the open file `fh` where given.
+    pub(super) fn getattr_of(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<FileAttr, Errno> {
+        let m = match fh.and_then(|fh| self.file(fh).ok()) {
+            Some(f) if f.backing.is_none() => f.file.metadata(),
+            // The kernel writes a passthrough file itself: ask the host.
+            _ => {
+                let e = self.entry(ino)?;
+                if self.data.passthrough() && e.file_type() == FileType::File {
+                    e.refresh()
+                } else {
+                    e.metadata()
+                }
+            }
+        };
+        m.map(|m| self.attr(&m)).map_err(errno)
     }
 
     pub(super) fn entry(&self, node: INodeNo) -> Result<Entry, Errno> {
@@ -332,7 +381,7 @@ impl Server {
         e: &Entry,
         register: impl FnOnce(&std::os::fd::OwnedFd) -> io::Result<BackingId>,
     ) -> Option<Arc<BackingId>> {
-        if !self.data.passthrough || e.file_type() != FileType::File {
+        if !self.data.passthrough() || e.file_type() != FileType::File {
             return None;
         }
         // Under the shard's lock: two opens of one inode must share it.

@@ -14,7 +14,7 @@ use fuser::{
 use rcuvfs::fs::{SetAttr, SetTime, Timespec};
 use rcuvfs::{FileType, OpenOptions, RenameFlags, XattrSet};
 
-use super::nodes::Server;
+use super::nodes::Mounted;
 
 pub(super) fn errno(e: io::Error) -> Errno {
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
@@ -58,7 +58,7 @@ fn done(reply: ReplyEmpty, r: io::Result<()>) {
     }
 }
 
-impl fuser::Filesystem for Server {
+impl fuser::Filesystem for Mounted {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // readdirplus fills the kernel's dcache while listing; the kernel
         // decides per directory (READDIRPLUS_AUTO). Both are optional.
@@ -80,12 +80,12 @@ impl fuser::Filesystem for Server {
         if let Err(max) = config.set_max_readahead(u32::MAX) {
             let _ = config.set_max_readahead(max);
         }
-        if self.data.passthrough {
+        if self.data.passthrough() {
             let ok =
                 config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(1).is_ok();
             if !ok {
                 eprintln!("rcuvfs: the kernel has no FUSE passthrough: file I/O goes through the server");
-                self.data.passthrough = false;
+                self.data.passthrough.store(false, std::sync::atomic::Ordering::Relaxed);
             }
         }
         if self.data.export {
@@ -100,11 +100,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = if name.as_bytes() == b"." {
-            self.lookup_self(parent)
-        } else {
-            self.entry(parent).and_then(|p| self.lookup_entry(&self.view(req), &p, name))
-        };
+        let r = self.lookup_name(&self.view(req), parent, name);
         self.reply_entry(reply, r);
     }
 
@@ -113,18 +109,9 @@ impl fuser::Filesystem for Server {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let m = match fh.and_then(|fh| self.file(fh).ok()) {
-            Some(f) if f.backing.is_none() => f.file.metadata(),
-            // The kernel writes a passthrough file itself: ask the host.
-            _ => match self.entry(ino) {
-                Ok(e) if self.data.passthrough && e.file_type() == FileType::File => e.refresh(),
-                Ok(e) => e.metadata(),
-                Err(e) => return reply.error(e),
-            },
-        };
-        match m {
-            Ok(m) => reply.attr(&self.ttl, &self.attr(&m)),
-            Err(e) => reply.error(errno(e)),
+        match self.getattr_of(ino, fh) {
+            Ok(a) => reply.attr(&self.ttl, &a),
+            Err(e) => reply.error(e),
         }
     }
 

@@ -1,0 +1,641 @@
+//! FUSE over io_uring (`rcuvfs mount --io-uring`; Linux 6.14+, with the
+//! fuse module's `enable_uring` parameter on).
+//!
+//! Why: through `/dev/fuse` every request wakes a server thread the kernel
+//! picks from one queue, often on another CPU; on a VM a wake-up of a
+//! halted vCPU costs tens of microseconds, and more client or server
+//! threads only add such wake-ups (README, "The server's threads"). Over
+//! io_uring the kernel keeps one queue per CPU and hands a request to the
+//! queue of the CPU its caller runs on, whose thread (pinned there) answers
+//! it and fetches the next in one `io_uring_enter`.
+//!
+//! How, given fuser (which reads only a descriptor and keeps its request
+//! decoder to itself):
+//! - This module owns `/dev/fuse`. fuser runs on one end of a
+//!   `SOCK_SEQPACKET` socket pair, the *bridge*, as if it were the device:
+//!   a message is one request or one reply, as on the device.
+//! - A queue thread per CPU registers [`DEPTH`] ring entries and answers
+//!   LOOKUP and GETATTR itself (the calls of a path walk and a stat). It
+//!   hands every other request to fuser through the bridge, rebuilt in the
+//!   device's layout, and goes on with its other entries; the reply comes
+//!   back through the *pump* thread, which writes it into the entry and
+//!   wakes the queue (an eventfd the ring polls) to commit it.
+//! - The device thread reads what the kernel still sends through
+//!   `/dev/fuse` (INIT, FORGET, INTERRUPT, anything before the queues are
+//!   registered) and hands it to fuser. The pump writes fuser's replies to
+//!   those, and its notifications, to the device. INIT's reply gains
+//!   `FUSE_OVER_IO_URING`, and a `max_write` no larger than the ring's
+//!   buffers; the queues register once it is sent.
+//! - Not with the kernel's FUSE passthrough (its backing ids are ioctls on
+//!   the device, which fuser would send to the bridge).
+//!
+//! The ring protocol (the kernel's `fuse_uring_req_header`): a 128-byte
+//! in/out header (`fuse_in_header` in, `fuse_out_header` out), 128 bytes of
+//! the request's first argument (its op header, or nothing), then
+//! `fuse_uring_ent_in_out` (commit id, payload size); the payload buffer
+//! holds the other arguments in, the answer out.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
+
+use fuser::{FileAttr, FileHandle, INodeNo};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use super::nodes::Mounted;
+
+/// Ring entries per queue (libfuse's default).
+const DEPTH: usize = 8;
+/// The largest payload: a write or read of the kernel's default
+/// `max_pages` (256 pages). INIT's reply caps `max_write` to it.
+const PAYLOAD: usize = 1 << 20;
+/// Room for a whole request or reply on the bridge.
+const MESSAGE: usize = PAYLOAD + 4096;
+/// The in/out header, the op header, then `fuse_uring_ent_in_out`.
+const OP_IN: usize = 128;
+const ENT_IN_OUT: usize = 256;
+/// Requests the bridge makes up itself (DESTROY at the end): their
+/// replies go nowhere.
+const OWN: u64 = 1 << 63;
+
+const FUSE_LOOKUP: u32 = 1;
+const FUSE_GETATTR: u32 = 3;
+const FUSE_INIT: u32 = 26;
+const FUSE_DESTROY: u32 = 38;
+const FUSE_GETATTR_FH: u32 = 1;
+const FUSE_INIT_EXT: u32 = 1 << 30;
+/// `FUSE_OVER_IO_URING` (bit 41), in `flags2`.
+const OVER_IO_URING2: u32 = 1 << 9;
+const CMD_REGISTER: u32 = 1;
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+
+/// Whether the fuse module lets a server use io_uring.
+pub(super) fn kernel_allows() -> io::Result<()> {
+    let p = "/sys/module/fuse/parameters/enable_uring";
+    match std::fs::read_to_string(p) {
+        Ok(s) if s.trim() == "Y" => Ok(()),
+        Ok(_) => Err(io::Error::other(format!("the fuse module has io_uring off: `echo Y > {p}` (root) turns it on"))),
+        Err(e) => Err(io::Error::other(format!("this kernel has no FUSE over io_uring ({p}: {e})"))),
+    }
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+fn put_u32(b: &mut [u8], o: usize, v: u32) {
+    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(b: &mut [u8], o: usize, v: u64) {
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Where a request handed to fuser came from, so that its reply goes back
+/// there: a queue's entry (by its unique id, in `Shared::pending`), else
+/// the device.
+struct Queue {
+    /// Entries whose reply the pump wrote, to commit.
+    done: Mutex<Vec<usize>>,
+    /// Wakes the queue's thread (its ring polls it).
+    wake: OwnedFd,
+    /// The entries' buffers: each header page, then its payload.
+    ents: Vec<Ent>,
+}
+
+struct Ent {
+    hdr: *mut u8,
+    payload: *mut u8,
+    iov: [libc::iovec; 2],
+}
+
+// SAFETY: an entry's buffers are written by one side at a time: the kernel
+// until its completion, then the queue's thread, or the pump for a request
+// handed to fuser (the thread touches it again only once the pump queued it
+// in `done`, under that lock).
+unsafe impl Send for Ent {}
+unsafe impl Sync for Ent {}
+
+struct Shared {
+    dev: OwnedFd,
+    /// The bridge's end that this module reads and writes.
+    bridge: OwnedFd,
+    server: Mounted,
+    queues: Vec<Queue>,
+    /// Unique id of a request handed to fuser from a queue -> (queue, entry).
+    pending: Mutex<HashMap<u64, (usize, usize)>>,
+    /// INIT's unique id, until its reply passes.
+    init: Mutex<Option<u64>>,
+    /// Set once INIT's reply is sent: the queues may register.
+    started: (Mutex<bool>, Condvar),
+    /// Whether the kernel offered FUSE_OVER_IO_URING at INIT.
+    offered: AtomicBool,
+}
+
+fn map(len: usize) -> io::Result<*mut u8> {
+    // SAFETY: an anonymous private mapping; checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
+fn cvt(r: isize) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+fn writev(fd: RawFd, parts: &[&[u8]]) -> io::Result<usize> {
+    let iov: Vec<libc::iovec> =
+        parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect();
+    // SAFETY: every iovec points into a live slice.
+    cvt(unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as libc::c_int) })
+}
+
+/// Starts the bridge on the mounted `/dev/fuse` descriptor `dev`: returns
+/// the descriptor fuser is to run on (`Session::from_fd`). `fuser_threads`
+/// is how many of fuser's loops read it (each ends at one DESTROY).
+pub(super) fn start(dev: OwnedFd, server: Mounted, fuser_threads: usize) -> io::Result<OwnedFd> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors.
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just created and are owned here.
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    for fd in [&ours, &theirs] {
+        // Room for a whole write request in one message (root may exceed
+        // the system's default limits).
+        let size: libc::c_int = 4 * MESSAGE as libc::c_int;
+        for opt in [libc::SO_SNDBUFFORCE, libc::SO_RCVBUFFORCE] {
+            // SAFETY: an int option of the right size.
+            unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&size as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+        }
+    }
+    let cpus = possible_cpus();
+    let mut queues = Vec::with_capacity(cpus);
+    for _ in 0..cpus {
+        // SAFETY: eventfd has no memory arguments.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut ents = Vec::with_capacity(DEPTH);
+        for _ in 0..DEPTH {
+            let hdr = map(4096)?;
+            let payload = map(PAYLOAD)?;
+            ents.push(Ent {
+                hdr,
+                payload,
+                iov: [
+                    libc::iovec { iov_base: hdr.cast(), iov_len: 4096 },
+                    libc::iovec { iov_base: payload.cast(), iov_len: PAYLOAD },
+                ],
+            });
+        }
+        // SAFETY: just created, owned here.
+        queues.push(Queue { done: Mutex::new(Vec::new()), wake: unsafe { OwnedFd::from_raw_fd(efd) }, ents });
+    }
+    let shared = Arc::new(Shared {
+        dev,
+        bridge: ours,
+        server,
+        queues,
+        pending: Mutex::new(HashMap::new()),
+        init: Mutex::new(None),
+        started: (Mutex::new(false), Condvar::new()),
+        offered: AtomicBool::new(false),
+    });
+    let s = shared.clone();
+    std::thread::Builder::new().name("rcuvfs-dev".into()).spawn(move || device_loop(&s, fuser_threads))?;
+    let s = shared.clone();
+    std::thread::Builder::new().name("rcuvfs-pump".into()).spawn(move || pump_loop(&s))?;
+    for q in 0..cpus {
+        let s = shared.clone();
+        std::thread::Builder::new().name(format!("rcuvfs-ring-{q}")).spawn(move || {
+            if let Err(e) = queue_loop(&s, q) {
+                eprintln!("rcuvfs: io_uring queue {q}: {e}");
+            }
+        })?;
+    }
+    Ok(theirs)
+}
+
+/// The kernel keeps a queue per possible CPU and takes requests through
+/// the ring only once every one of them has an entry.
+fn possible_cpus() -> usize {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    let n = s
+        .trim()
+        .split(',')
+        .filter_map(|r| r.split('-').next_back().and_then(|x| x.parse::<usize>().ok()))
+        .max()
+        .map_or(0, |m| m + 1);
+    n.max(std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Reads what the kernel sends through the device and hands it to fuser.
+fn device_loop(s: &Shared, fuser_threads: usize) {
+    let mut buf = vec![0u8; MESSAGE];
+    loop {
+        // SAFETY: buf is writable for its length.
+        let r = unsafe { libc::read(s.dev.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        let n = match cvt(r) {
+            Ok(n) => n,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::ENOENT)) => continue,
+            // ENODEV: unmounted. Each of fuser's loops ends at a DESTROY.
+            Err(_) => break,
+        };
+        let m = &buf[..n];
+        if n >= 40 && u32_at(m, 4) == FUSE_INIT {
+            *s.init.lock().expect("init") = Some(u64_at(m, 8));
+            let flags = u32_at(m, 52);
+            let flags2 = if flags & FUSE_INIT_EXT != 0 { u32_at(m, 56) } else { 0 };
+            s.offered.store(flags2 & OVER_IO_URING2 != 0, Ordering::Relaxed);
+        }
+        if writev(s.bridge.as_raw_fd(), &[m]).is_err() {
+            break;
+        }
+    }
+    for i in 0..fuser_threads as u64 {
+        let mut h = [0u8; 40];
+        put_u32(&mut h, 0, 40);
+        put_u32(&mut h, 4, FUSE_DESTROY);
+        put_u64(&mut h, 8, OWN | i);
+        if writev(s.bridge.as_raw_fd(), &[&h]).is_err() {
+            break;
+        }
+    }
+}
+
+/// Takes fuser's replies and notifications off the bridge and sends each
+/// where its request came from.
+fn pump_loop(s: &Arc<Shared>) {
+    let mut buf = vec![0u8; MESSAGE];
+    // Notifications go to the device from a thread of their own: the
+    // kernel may hold a directory's lock while it waits for a reply that
+    // only this thread delivers, and an entry's invalidation waits for
+    // that lock.
+    let (notify, notes) = std::sync::mpsc::channel::<Vec<u8>>();
+    let n = s.clone();
+    let _ = std::thread::Builder::new().name("rcuvfs-notify".into()).spawn(move || {
+        for m in notes {
+            let _ = writev(n.dev.as_raw_fd(), &[&m]);
+        }
+    });
+    loop {
+        // SAFETY: buf is writable for its length.
+        let r = unsafe { libc::read(s.bridge.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        let n = match cvt(r) {
+            Ok(0) => return, // fuser's end closed: the session is over.
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) => return,
+        };
+        if n < 16 {
+            continue;
+        }
+        let unique = u64_at(&buf, 8);
+        if unique & OWN != 0 {
+            continue;
+        }
+        if unique == 0 {
+            let _ = notify.send(buf[..n].to_vec());
+            continue;
+        }
+        let to_queue = s.pending.lock().expect("pending").remove(&unique);
+        if let Some((q, i)) = to_queue {
+            let queue = &s.queues[q];
+            let e = &queue.ents[i];
+            let body = &buf[16..n];
+            // SAFETY: the entry is the pump's until it is queued in `done`.
+            unsafe {
+                let hdr = std::slice::from_raw_parts_mut(e.hdr, 4096);
+                hdr[..16].copy_from_slice(&buf[..16]);
+                let len = body.len().min(PAYLOAD);
+                std::ptr::copy_nonoverlapping(body.as_ptr(), e.payload, len);
+                put_u32(hdr, ENT_IN_OUT + 16, len as u32);
+            }
+            queue.done.lock().expect("done").push(i);
+            let one = 1u64;
+            // SAFETY: 8 bytes from a live u64.
+            unsafe { libc::write(queue.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            continue;
+        }
+        let is_init = *s.init.lock().expect("init") == Some(unique);
+        if is_init && u32_at(&buf, 4) == 0 && n >= 16 + 64 {
+            let out = &mut buf[16..n];
+            // Writes no larger than a ring entry's payload (and a device
+            // read's buffer here): fuser asks 16 MiB and the kernel uses
+            // its max_pages limit, 1 MiB by default, but sizes buffers
+            // by max_write.
+            put_u32(out, 20, u32_at(out, 20).min(PAYLOAD as u32));
+            if s.offered.load(Ordering::Relaxed) {
+                put_u32(out, 12, u32_at(out, 12) | FUSE_INIT_EXT);
+                put_u32(out, 32, u32_at(out, 32) | OVER_IO_URING2);
+            } else {
+                eprintln!("rcuvfs: the kernel offered no FUSE over io_uring: requests go through /dev/fuse");
+            }
+        }
+        // A reply to a request the device gave. Errors are the kernel's to
+        // report (an interrupted request's reply is
+        // refused with ENOENT).
+        let _ = writev(s.dev.as_raw_fd(), &[&buf[..n]]);
+        if is_init && s.offered.load(Ordering::Relaxed) {
+            *s.init.lock().expect("init") = None;
+            let (m, c) = &s.started;
+            *m.lock().expect("started") = true;
+            c.notify_all();
+        }
+    }
+}
+
+/// An SQE of the fuse ring command `op` for entry `i` of queue `q`.
+fn command(op: u32, q: usize, commit: u64, ent: Option<&Ent>, i: usize) -> squeue::Entry128 {
+    let mut cmd = [0u8; 80];
+    put_u64(&mut cmd, 8, commit);
+    cmd[16..18].copy_from_slice(&(q as u16).to_le_bytes());
+    let mut b = opcode::UringCmd80::new(types::Fixed(0), op).cmd(cmd);
+    if let Some(e) = ent {
+        b = b.addr(Some(e.iov.as_ptr() as u64));
+    }
+    let mut sqe = b.build().user_data(i as u64);
+    if ent.is_some() {
+        // The iovec count goes in the SQE's `len` (byte 24), which the
+        // io-uring crate's UringCmd80 does not set.
+        // SAFETY: an SQE is 128 plain bytes; `len` is a u32 at offset 24.
+        unsafe { (&mut sqe as *mut squeue::Entry128).cast::<u8>().add(24).cast::<u32>().write_unaligned(2) };
+    }
+    sqe
+}
+
+/// The user data of the eventfd's poll.
+const WAKE: u64 = u64::MAX;
+
+fn queue_loop(s: &Shared, q: usize) -> io::Result<()> {
+    {
+        let (m, c) = &s.started;
+        let mut started = m.lock().expect("started");
+        while !*started {
+            started = c.wait(started).expect("started");
+        }
+    }
+    // SAFETY: a zeroed cpu_set_t is empty; the set is passed by size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(q, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+    let queue = &s.queues[q];
+    let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
+        IoUring::builder().setup_cqsize(4 * DEPTH as u32).build(2 * DEPTH as u32)?;
+    ring.submitter().register_files(&[s.dev.as_raw_fd()])?;
+    let poll = || {
+        squeue::Entry128::from(
+            opcode::PollAdd::new(types::Fd(queue.wake.as_raw_fd()), libc::POLLIN as u32).build().user_data(WAKE),
+        )
+    };
+    let mut sqes: Vec<squeue::Entry128> =
+        (0..DEPTH).map(|i| command(CMD_REGISTER, q, 0, Some(&queue.ents[i]), i)).collect();
+    sqes.push(poll());
+    let mut out = Vec::with_capacity(4096);
+    let mut forward = vec![0u8; 0];
+    loop {
+        for e in sqes.drain(..) {
+            // SAFETY: every buffer an SQE names lives as long as `s`.
+            while unsafe { ring.submission().push(&e) }.is_err() {
+                ring.submit()?;
+            }
+        }
+        match ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+        let cqes: Vec<(u64, i32)> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
+        for (data, res) in cqes {
+            if data == WAKE {
+                let mut v = 0u64;
+                // SAFETY: 8 bytes into a live u64 (non-blocking).
+                unsafe { libc::read(queue.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+                for i in std::mem::take(&mut *queue.done.lock().expect("done")) {
+                    // SAFETY: the pump handed the entry back through `done`.
+                    let commit = u64_at(unsafe { header(&queue.ents[i]) }, ENT_IN_OUT + 8);
+                    sqes.push(command(CMD_COMMIT_AND_FETCH, q, commit, None, i));
+                }
+                sqes.push(poll());
+                continue;
+            }
+            let i = data as usize;
+            if res == -libc::EAGAIN || res == -libc::EINTR {
+                sqes.push(command(CMD_REGISTER, q, 0, Some(&queue.ents[i]), i));
+                continue;
+            }
+            if res < 0 {
+                // ENOTCONN: unmounted.
+                return match -res {
+                    libc::ENOTCONN | libc::ENODEV => Ok(()),
+                    e => Err(io::Error::from_raw_os_error(e)),
+                };
+            }
+            if let Some(commit) = serve(s, q, i, &mut out, &mut forward) {
+                sqes.push(command(CMD_COMMIT_AND_FETCH, q, commit, None, i));
+            }
+        }
+    }
+}
+
+/// The entry's header page.
+///
+/// # Safety
+/// The caller is the side that owns the entry now (see `Ent`), and holds
+/// no other view of the page.
+unsafe fn header<'a>(e: &Ent) -> &'a mut [u8] {
+    // SAFETY: a 4096-byte mapping; the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(e.hdr, 4096) }
+}
+
+/// Serves entry `i`'s request: answers it here (returns its commit id) or
+/// hands it to fuser (returns None; the pump answers it).
+fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8>) -> Option<u64> {
+    let e = &s.queues[q].ents[i];
+    // SAFETY: the kernel completed the entry: it is this thread's.
+    let hdr = unsafe { header(e) };
+    let (len, opcode, unique, nodeid) = (u32_at(hdr, 0) as usize, u32_at(hdr, 4), u64_at(hdr, 8), u64_at(hdr, 16));
+    let (uid, gid, pid) = (u32_at(hdr, 24), u32_at(hdr, 28), u32_at(hdr, 32));
+    let commit = u64_at(hdr, ENT_IN_OUT + 8);
+    let psz = (u32_at(hdr, ENT_IN_OUT + 16) as usize).min(PAYLOAD);
+    // SAFETY: the entry is this thread's until it commits it.
+    let payload = unsafe { std::slice::from_raw_parts_mut(e.payload, PAYLOAD) };
+    let server = &s.server;
+    out.clear();
+    let r = match opcode {
+        FUSE_LOOKUP => {
+            let name = payload[..psz].split(|&c| c == 0).next().unwrap_or(&[]);
+            let v = server.view_of(uid, gid, pid);
+            server.lookup_name(&v, INodeNo(nodeid), OsStr::from_bytes(name)).map(|a| entry_out(out, &a, server.ttl))
+        }
+        FUSE_GETATTR => {
+            let (flags, fh) = (u32_at(hdr, OP_IN), u64_at(hdr, OP_IN + 8));
+            let fh = (flags & FUSE_GETATTR_FH != 0).then_some(FileHandle(fh));
+            server.getattr_of(INodeNo(nodeid), fh).map(|a| attr_out(out, &a, server.ttl))
+        }
+        _ => {
+            // In the device's layout: the header, the op header (the part
+            // of `len` the payload does not hold), the payload.
+            let arg0 = len.saturating_sub(40 + psz).min(OP_IN);
+            forward.clear();
+            forward.extend_from_slice(&hdr[..40]);
+            put_u32(forward, 0, (40 + arg0 + psz) as u32);
+            forward.extend_from_slice(&hdr[OP_IN..OP_IN + arg0]);
+            s.pending.lock().expect("pending").insert(unique, (q, i));
+            if writev(s.bridge.as_raw_fd(), &[forward, &payload[..psz]]).is_ok() {
+                return None;
+            }
+            s.pending.lock().expect("pending").remove(&unique);
+            Err(fuser::Errno::EIO)
+        }
+    };
+    let error = match r {
+        Ok(()) => 0,
+        Err(e) => {
+            out.clear();
+            -(i32::from(e))
+        }
+    };
+    payload[..out.len()].copy_from_slice(out);
+    put_u32(hdr, 0, (16 + out.len()) as u32);
+    put_u32(hdr, 4, error as u32);
+    put_u64(hdr, 8, unique);
+    put_u32(hdr, ENT_IN_OUT + 16, out.len() as u32);
+    Some(commit)
+}
+
+fn secs(d: Duration) -> (u64, u32) {
+    (d.as_secs(), d.subsec_nanos())
+}
+
+/// `fuse_attr`, 88 bytes.
+fn attr(out: &mut Vec<u8>, a: &FileAttr) {
+    let t = |t: std::time::SystemTime| match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
+        Err(e) => {
+            let d = e.duration();
+            let (s, n) = (d.as_secs() as i64, d.subsec_nanos());
+            if n == 0 {
+                (-s, 0)
+            } else {
+                (-s - 1, 1_000_000_000 - n)
+            }
+        }
+    };
+    let (at, mt, ct) = (t(a.atime), t(a.mtime), t(a.ctime));
+    let kind = match a.kind {
+        fuser::FileType::NamedPipe => libc::S_IFIFO,
+        fuser::FileType::CharDevice => libc::S_IFCHR,
+        fuser::FileType::BlockDevice => libc::S_IFBLK,
+        fuser::FileType::Directory => libc::S_IFDIR,
+        fuser::FileType::RegularFile => libc::S_IFREG,
+        fuser::FileType::Symlink => libc::S_IFLNK,
+        fuser::FileType::Socket => libc::S_IFSOCK,
+    };
+    for v in [a.ino.0, a.size, a.blocks, at.0 as u64, mt.0 as u64, ct.0 as u64] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    for v in [at.1, mt.1, ct.1, kind | u32::from(a.perm), a.nlink, a.uid, a.gid, a.rdev, a.blksize, a.flags] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// `fuse_entry_out`: the node, generation 0, the timeouts, the attributes.
+fn entry_out(out: &mut Vec<u8>, a: &FileAttr, ttl: Duration) {
+    let (s, n) = secs(ttl);
+    for v in [a.ino.0, 0, s, s] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    for v in [n, n] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    attr(out, a);
+}
+
+/// `fuse_attr_out`: the timeout, then the attributes.
+fn attr_out(out: &mut Vec<u8>, a: &FileAttr, ttl: Duration) {
+    let (s, n) = secs(ttl);
+    out.extend_from_slice(&s.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    attr(out, a);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_attributes_are_laid_out_as_the_kernel_reads_them() {
+        let a = FileAttr {
+            ino: INodeNo(7),
+            size: 5,
+            blocks: 1,
+            atime: UNIX_EPOCH + Duration::new(10, 20),
+            mtime: UNIX_EPOCH - Duration::new(1, 500),
+            ctime: UNIX_EPOCH,
+            crtime: UNIX_EPOCH,
+            kind: fuser::FileType::RegularFile,
+            perm: 0o4755,
+            nlink: 2,
+            uid: 3,
+            gid: 4,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        };
+        let mut e = Vec::new();
+        entry_out(&mut e, &a, Duration::new(1, 5));
+        assert_eq!(e.len(), 128, "fuse_entry_out");
+        let at = &e[40..];
+        assert_eq!((u64_at(at, 0), u64_at(at, 8), u64_at(at, 24)), (7, 5, 10));
+        // 1.0000005 s before the epoch: -2 s and 999,999,500 ns.
+        assert_eq!((u64_at(at, 32) as i64, u32_at(at, 52)), (-2, 999_999_500));
+        assert_eq!(u32_at(at, 48), 20);
+        assert_eq!(u32_at(at, 60), libc::S_IFREG | 0o4755);
+        assert_eq!((u32_at(at, 64), u32_at(at, 68), u32_at(at, 72)), (2, 3, 4));
+        assert_eq!(u32_at(at, 80), 4096);
+        assert_eq!((u64_at(&e, 16), u32_at(&e, 32)), (1, 5));
+        let mut o = Vec::new();
+        attr_out(&mut o, &a, Duration::ZERO);
+        assert_eq!(o.len(), 104, "fuse_attr_out");
+        assert_eq!(o[16..], e[40..]);
+    }
+}
