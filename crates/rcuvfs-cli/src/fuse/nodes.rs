@@ -339,6 +339,95 @@ impl Server {
         f
     }
 
+    /// An OPEN of `ino` by the caller `v`: its handle, and its backing
+    /// file where the kernel does its I/O (registered with `register`).
+    pub(super) fn open_node(
+        &self,
+        v: &Vfs,
+        ino: INodeNo,
+        flags: i32,
+        register: impl FnOnce(&std::os::fd::OwnedFd) -> io::Result<BackingId>,
+    ) -> Result<(FileHandle, Option<Arc<BackingId>>), Errno> {
+        let e = self.entry(ino)?;
+        let f = v.open_entry(&e, &OpenOptions::from_flags(flags)).map_err(|err| {
+            // The node lost its last name and its data after the kernel
+            // looked it up for this open (a large file's go at once): a
+            // rename over the name, or an unlink, in between. ESTALE
+            // makes the kernel walk again with the name revalidated
+            // (`do_filp_open`'s LOOKUP_REVAL retry), finding the file
+            // that has the name now, or none (ENOENT then).
+            if err.raw_os_error() == Some(libc::ENOENT) && e.metadata().is_ok_and(|m| m.nlink() == 0) {
+                Errno::ESTALE
+            } else {
+                errno(err)
+            }
+        })?;
+        let backing = self.backing(&e, register);
+        Ok((self.add_open(f, &e, flags, backing.clone())?, backing))
+    }
+
+    /// A CREATE of `name` in `parent` (opened with `flags`, made with
+    /// `mode`): its attributes (counted as the kernel's lookup), handle and
+    /// backing file.
+    pub(super) fn create_node(
+        &self,
+        v: &Vfs,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        register: impl FnOnce(&std::os::fd::OwnedFd) -> io::Result<BackingId>,
+    ) -> Result<(FileAttr, FileHandle, Option<Arc<BackingId>>), Errno> {
+        let p = self.entry(parent)?;
+        let mut o = OpenOptions::from_flags(flags | libc::O_CREAT);
+        o.mode(mode & 0o7777);
+        let f = v.open_at(&p, name, &o).map_err(errno)?;
+        let e = v.lookup_at(&p, name).map_err(errno)?;
+        if e.ino() != f.ino() {
+            // Renamed over between the create and the lookup: the name
+            // is another file now, which the kernel would take this
+            // handle for.
+            return Err(Errno::ESTALE);
+        }
+        let backing = self.backing(&e, register);
+        let fh = self.add_open(f, &e, flags, backing.clone())?;
+        match self.remember(e) {
+            Ok(attr) => Ok((attr, fh, backing)),
+            Err(err) => {
+                drop(self.files.remove(&fh.0));
+                Err(err)
+            }
+        }
+    }
+
+    /// A READ through `fh` at `offset` into `buf`: the bytes read.
+    pub(super) fn read_file(&self, fh: FileHandle, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        self.file(fh)?.file.read_at(buf, offset).map_err(errno)
+    }
+
+    /// A WRITE of `data` through `fh` (of node `ino`) at `offset`.
+    pub(super) fn write_file(&self, ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        let f = self.file(fh)?;
+        self.removing_privs(ino, &f, || {
+            if f.append {
+                f.file.append_at_end(data).map(drop)
+            } else {
+                f.file.write_at(data, offset).map(drop)
+            }
+        })
+        .map_err(errno)?;
+        Ok(data.len() as u32)
+    }
+
+    /// A RELEASE of `fh`.
+    pub(super) fn release_file(&self, fh: FileHandle) {
+        let ino = self.files.remove(&fh.0).map(|(_, f)| f.file.ino());
+        // The node's backing file goes with its last passthrough open.
+        if let Some(ino) = ino {
+            self.backing.remove_if(&ino, |_, w| w.strong_count() == 0);
+        }
+    }
+
     /// Records a file the caller opened (its permission checked with its
     /// flags). With the writeback cache the kernel reads through a
     /// write-only handle (to fill a page it writes part of) and places

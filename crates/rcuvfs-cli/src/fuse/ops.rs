@@ -12,7 +12,7 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use rcuvfs::fs::{SetAttr, SetTime, Timespec};
-use rcuvfs::{FileType, OpenOptions, RenameFlags, XattrSet};
+use rcuvfs::{FileType, RenameFlags, XattrSet};
 
 use super::nodes::Mounted;
 
@@ -253,25 +253,7 @@ impl fuser::Filesystem for Mounted {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let r = (|| {
-            let e = self.entry(ino)?;
-            let f = self.view(req).open_entry(&e, &OpenOptions::from_flags(flags.0)).map_err(|err| {
-                // The node lost its last name and its data after the kernel
-                // looked it up for this open (a large file's go at once): a
-                // rename over the name, or an unlink, in between. ESTALE
-                // makes the kernel walk again with the name revalidated
-                // (`do_filp_open`'s LOOKUP_REVAL retry), finding the file
-                // that has the name now, or none (ENOENT then).
-                if err.raw_os_error() == Some(libc::ENOENT) && e.metadata().is_ok_and(|m| m.nlink() == 0) {
-                    Errno::ESTALE
-                } else {
-                    errno(err)
-                }
-            })?;
-            let backing = self.backing(&e, |fd| reply.open_backing(fd));
-            Ok((self.add_open(f, &e, flags.0, backing.clone())?, backing))
-        })();
-        match r {
+        match self.open_node(&self.view(req), ino, flags.0, |fd| reply.open_backing(fd)) {
             Ok((fh, Some(b))) => reply.opened_passthrough(fh, self.fopen_flags(), &b),
             Ok((fh, None)) => reply.opened(fh, self.fopen_flags()),
             Err(e) => reply.error(e),
@@ -288,30 +270,7 @@ impl fuser::Filesystem for Mounted {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = (|| {
-            let p = self.entry(parent)?;
-            let v = self.view(req);
-            let mut o = OpenOptions::from_flags(flags | libc::O_CREAT);
-            o.mode(mode & 0o7777);
-            let f = v.open_at(&p, name, &o).map_err(errno)?;
-            let e = v.lookup_at(&p, name).map_err(errno)?;
-            if e.ino() != f.ino() {
-                // Renamed over between the create and the lookup: the name
-                // is another file now, which the kernel would take this
-                // handle for.
-                return Err(Errno::ESTALE);
-            }
-            let backing = self.backing(&e, |fd| reply.open_backing(fd));
-            let fh = self.add_open(f, &e, flags, backing.clone())?;
-            match self.remember(e) {
-                Ok(attr) => Ok((attr, fh, backing)),
-                Err(err) => {
-                    drop(self.files.remove(&fh.0));
-                    Err(err)
-                }
-            }
-        })();
-        match r {
+        match self.create_node(&self.view(req), parent, name, mode, flags, |fd| reply.open_backing(fd)) {
             Ok((attr, fh, Some(b))) => {
                 reply.created_passthrough(&self.ttl, &attr, Generation(0), fh, self.fopen_flags(), &b)
             }
@@ -336,17 +295,13 @@ impl fuser::Filesystem for Mounted {
             /// megabyte per read cost its zeroing (and its page faults).
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        let f = match self.file(fh) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
         BUF.with_borrow_mut(|buf| {
             if buf.len() < size as usize {
                 buf.resize(size as usize, 0);
             }
-            match f.file.read_at(&mut buf[..size as usize], offset) {
+            match self.read_file(fh, offset, &mut buf[..size as usize]) {
                 Ok(n) => reply.data(&buf[..n]),
-                Err(e) => reply.error(errno(e)),
+                Err(e) => reply.error(e),
             }
         })
     }
@@ -363,19 +318,7 @@ impl fuser::Filesystem for Mounted {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = (|| {
-            let f = self.file(fh)?;
-            self.removing_privs(ino, &f, || {
-                if f.append {
-                    f.file.append_at_end(data).map(drop)
-                } else {
-                    f.file.write_at(data, offset).map(drop)
-                }
-            })
-            .map_err(errno)?;
-            Ok(data.len() as u32)
-        })();
-        match r {
+        match self.write_file(ino, fh, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
@@ -395,11 +338,7 @@ impl fuser::Filesystem for Mounted {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let ino = self.files.remove(&fh.0).map(|(_, f)| f.file.ino());
-        // The node's backing file goes with its last passthrough open.
-        if let Some(ino) = ino {
-            self.backing.remove_if(&ino, |_, w| w.strong_count() == 0);
-        }
+        self.release_file(fh);
         reply.ok();
     }
 

@@ -65,6 +65,12 @@ const OWN: u64 = 1 << 63;
 
 const FUSE_LOOKUP: u32 = 1;
 const FUSE_GETATTR: u32 = 3;
+const FUSE_OPEN: u32 = 14;
+const FUSE_READ: u32 = 15;
+const FUSE_WRITE: u32 = 16;
+const FUSE_RELEASE: u32 = 18;
+const FUSE_FLUSH: u32 = 25;
+const FUSE_CREATE: u32 = 35;
 const FUSE_INIT: u32 = 26;
 const FUSE_DESTROY: u32 = 38;
 const FUSE_GETATTR_FH: u32 = 1;
@@ -499,17 +505,55 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
     let payload = unsafe { std::slice::from_raw_parts_mut(e.payload, PAYLOAD) };
     let server = &s.server;
     out.clear();
-    let r = match opcode {
+    // No backing files over io_uring (`start` is not given passthrough).
+    let no_backing = |_: &OwnedFd| Err(io::Error::from_raw_os_error(libc::ENOTSUP));
+    let name = |b: &[u8]| OsStr::from_bytes(b.split(|&c| c == 0).next().unwrap_or(&[])).to_owned();
+    let node = INodeNo(nodeid);
+    // Ok(n): the answer is `out`, or n bytes already in the payload.
+    let r: Result<usize, fuser::Errno> = match opcode {
         FUSE_LOOKUP => {
-            let name = payload[..psz].split(|&c| c == 0).next().unwrap_or(&[]);
             let v = server.view_of(uid, gid, pid);
-            server.lookup_name(&v, INodeNo(nodeid), OsStr::from_bytes(name)).map(|a| entry_out(out, &a, server.ttl))
+            server.lookup_name(&v, node, &name(&payload[..psz])).map(|a| entry_out(out, &a, server.ttl))
         }
         FUSE_GETATTR => {
             let (flags, fh) = (u32_at(hdr, OP_IN), u64_at(hdr, OP_IN + 8));
             let fh = (flags & FUSE_GETATTR_FH != 0).then_some(FileHandle(fh));
-            server.getattr_of(INodeNo(nodeid), fh).map(|a| attr_out(out, &a, server.ttl))
+            server.getattr_of(node, fh).map(|a| attr_out(out, &a, server.ttl))
         }
+        FUSE_OPEN => {
+            let v = server.view_of(uid, gid, pid);
+            server.open_node(&v, node, u32_at(hdr, OP_IN) as i32, no_backing).map(|(fh, _)| {
+                open_out(out, fh, server.fopen_flags().bits());
+                0
+            })
+        }
+        FUSE_CREATE => {
+            let (flags, mode) = (u32_at(hdr, OP_IN) as i32, u32_at(hdr, OP_IN + 4));
+            let v = server.view_of(uid, gid, pid);
+            server.create_node(&v, node, &name(&payload[..psz]), mode, flags, no_backing).map(|(a, fh, _)| {
+                entry_out(out, &a, server.ttl);
+                open_out(out, fh, server.fopen_flags().bits());
+                0
+            })
+        }
+        FUSE_READ => {
+            let (fh, offset, size) = (u64_at(hdr, OP_IN), u64_at(hdr, OP_IN + 8), u32_at(hdr, OP_IN + 16) as usize);
+            // Straight into the reply's buffer.
+            server.read_file(FileHandle(fh), offset, &mut payload[..size.min(PAYLOAD)])
+        }
+        FUSE_WRITE => {
+            let (fh, offset, size) = (u64_at(hdr, OP_IN), u64_at(hdr, OP_IN + 8), u32_at(hdr, OP_IN + 16) as usize);
+            server.write_file(node, FileHandle(fh), offset, &payload[..size.min(psz)]).map(|n| {
+                out.extend_from_slice(&n.to_le_bytes());
+                out.extend_from_slice(&0u32.to_le_bytes());
+                0
+            })
+        }
+        FUSE_RELEASE => {
+            server.release_file(FileHandle(u64_at(hdr, OP_IN)));
+            Ok(0)
+        }
+        FUSE_FLUSH => Ok(0),
         _ => {
             // In the device's layout: the header, the op header (the part
             // of `len` the payload does not hold), the payload.
@@ -526,18 +570,18 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
             Err(fuser::Errno::EIO)
         }
     };
-    let error = match r {
-        Ok(()) => 0,
-        Err(e) => {
-            out.clear();
-            -(i32::from(e))
+    let (error, n) = match r {
+        Ok(0) if !out.is_empty() => {
+            payload[..out.len()].copy_from_slice(out);
+            (0, out.len())
         }
+        Ok(n) => (0, n),
+        Err(e) => (-(i32::from(e)), 0),
     };
-    payload[..out.len()].copy_from_slice(out);
-    put_u32(hdr, 0, (16 + out.len()) as u32);
+    put_u32(hdr, 0, (16 + n) as u32);
     put_u32(hdr, 4, error as u32);
     put_u64(hdr, 8, unique);
-    put_u32(hdr, ENT_IN_OUT + 16, out.len() as u32);
+    put_u32(hdr, ENT_IN_OUT + 16, n as u32);
     Some(commit)
 }
 
@@ -578,7 +622,7 @@ fn attr(out: &mut Vec<u8>, a: &FileAttr) {
 }
 
 /// `fuse_entry_out`: the node, generation 0, the timeouts, the attributes.
-fn entry_out(out: &mut Vec<u8>, a: &FileAttr, ttl: Duration) {
+fn entry_out(out: &mut Vec<u8>, a: &FileAttr, ttl: Duration) -> usize {
     let (s, n) = secs(ttl);
     for v in [a.ino.0, 0, s, s] {
         out.extend_from_slice(&v.to_le_bytes());
@@ -587,15 +631,24 @@ fn entry_out(out: &mut Vec<u8>, a: &FileAttr, ttl: Duration) {
         out.extend_from_slice(&v.to_le_bytes());
     }
     attr(out, a);
+    0
+}
+
+/// `fuse_open_out`: the handle and the kernel's flags for it.
+fn open_out(out: &mut Vec<u8>, fh: FileHandle, flags: u32) {
+    out.extend_from_slice(&fh.0.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
 }
 
 /// `fuse_attr_out`: the timeout, then the attributes.
-fn attr_out(out: &mut Vec<u8>, a: &FileAttr, ttl: Duration) {
+fn attr_out(out: &mut Vec<u8>, a: &FileAttr, ttl: Duration) -> usize {
     let (s, n) = secs(ttl);
     out.extend_from_slice(&s.to_le_bytes());
     out.extend_from_slice(&n.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     attr(out, a);
+    0
 }
 
 #[cfg(test)]
