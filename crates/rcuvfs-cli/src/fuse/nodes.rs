@@ -400,6 +400,150 @@ impl Server {
         }
     }
 
+    /// An OPENDIR of `ino`: the kernel's flags for it. A directory needs
+    /// no state: a listing reads from the node's handle by cookie. The read
+    /// permission is checked here and at each listing.
+    pub(super) fn open_dir(&self, v: &Vfs, ino: INodeNo) -> Result<FopenFlags, Errno> {
+        let e = self.entry(ino)?;
+        if !e.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        v.access(&e, libc::R_OK as u32).map_err(errno)?;
+        // memfs: the kernel may cache a directory's listing and keep it
+        // across opens (every change to it comes through the mount, and the
+        // kernel drops the cache when it changes).
+        Ok(if self.data.keep {
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        })
+    }
+
+    /// A READDIR of `ino` from the kernel's `offset`: `add(node, next
+    /// offset, kind, name)` for each entry until it answers true (full).
+    /// "." and ".." take offsets 1 and 2; the filesystem's cookies (1 and
+    /// up) are shifted by 2.
+    pub(super) fn list(
+        &self,
+        v: &Vfs,
+        ino: INodeNo,
+        offset: u64,
+        mut add: impl FnMut(INodeNo, u64, fuser::FileType, &OsStr) -> bool,
+    ) -> Result<(), Errno> {
+        let e = self.entry(ino)?;
+        if offset < 1 && add(ino, 1, fuser::FileType::Directory, OsStr::new(".")) {
+            return Ok(());
+        }
+        if offset < 2 {
+            let up = v.metadata_at(&e, "..", false).map_err(errno)?;
+            if add(INodeNo(self.node_id(up.ino())), 2, fuser::FileType::Directory, OsStr::new("..")) {
+                return Ok(());
+            }
+        }
+        for d in v.read_dir_at(&e, offset.saturating_sub(2)).map_err(errno)? {
+            let node = INodeNo(self.node_id(d.ino));
+            if add(node, d.offset + 2, kind(d.kind), OsStr::from_bytes(&d.name)) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A READDIRPLUS: as [`list`](Self::list), with each entry's
+    /// attributes; `add(next offset, name, attributes)`. Every entry sent
+    /// but "." and ".." counts as one of the kernel's lookups.
+    pub(super) fn list_plus(
+        &self,
+        v: &Vfs,
+        ino: INodeNo,
+        offset: u64,
+        mut add: impl FnMut(u64, &OsStr, &FileAttr) -> bool,
+    ) -> Result<(), Errno> {
+        let e = self.entry(ino)?;
+        if offset < 1 {
+            let a = self.attr(&e.metadata().map_err(errno)?);
+            if add(1, OsStr::new("."), &a) {
+                return Ok(());
+            }
+        }
+        if offset < 2 {
+            let a = self.attr(&v.metadata_at(&e, "..", false).map_err(errno)?);
+            if add(2, OsStr::new(".."), &a) {
+                return Ok(());
+            }
+        }
+        for d in v.read_dir_plus(&e, offset.saturating_sub(2)).map_err(errno)? {
+            let a = self.attr(&d.metadata);
+            if add(d.entry.offset + 2, OsStr::from_bytes(&d.entry.name), &a) {
+                break; // not sent: not counted
+            }
+            self.remember(d.child)?;
+        }
+        Ok(())
+    }
+
+    /// A MKDIR: the new directory's attributes, counted as a lookup.
+    pub(super) fn make_dir(&self, v: &Vfs, parent: INodeNo, name: &OsStr, mode: u32) -> Result<FileAttr, Errno> {
+        let p = self.entry(parent)?;
+        v.create_dir_at(&p, name, mode & 0o7777).map_err(errno)?;
+        self.lookup_entry(v, &p, name)
+    }
+
+    /// An UNLINK, or an RMDIR (`dir`).
+    pub(super) fn remove_name(&self, v: &Vfs, parent: INodeNo, name: &OsStr, dir: bool) -> Result<(), Errno> {
+        let p = self.entry(parent)?;
+        if dir { v.remove_dir_at(&p, name) } else { v.remove_file_at(&p, name) }.map_err(errno)
+    }
+
+    /// A SETATTR of `ino` (through the open file `fh` where given): the
+    /// attributes after it.
+    pub(super) fn set_attr(
+        &self,
+        v: &Vfs,
+        ino: INodeNo,
+        mut set: rcuvfs::fs::SetAttr,
+        fh: Option<FileHandle>,
+    ) -> Result<FileAttr, Errno> {
+        let e = self.entry(ino)?;
+        // ftruncate: the open checked the permission; the file mode may
+        // have changed since.
+        if let (Some(size), Some(fh)) = (set.size, fh) {
+            let f = self.file(fh)?;
+            f.file.set_len(size).map_err(errno)?;
+            set.size = None;
+        }
+        let m = if set == rcuvfs::fs::SetAttr::default() { e.metadata() } else { v.set_attr(&e, &set) };
+        m.map(|m| self.attr(&m)).map_err(errno)
+    }
+
+    /// A RENAME (or RENAME2, with `flags`) of `name` in `parent` to
+    /// `newname` in `newparent`.
+    pub(super) fn rename_names(
+        &self,
+        v: &Vfs,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<(), Errno> {
+        let (p, np) = (self.entry(parent)?, self.entry(newparent)?);
+        let flags = rcuvfs::RenameFlags::from_bits(flags).map_err(errno)?;
+        v.rename_at(&p, name, &np, newname, flags).map_err(errno)
+    }
+
+    /// A GETXATTR: the value, whole (the caller answers the size asked).
+    pub(super) fn get_xattr(&self, v: &Vfs, ino: INodeNo, name: &OsStr) -> Result<Vec<u8>, Errno> {
+        let e = self.entry(ino)?;
+        v.get_xattr_entry(&e, name).map_err(errno)
+    }
+
+    /// An ACCESS check of `mask` on `ino`.
+    pub(super) fn check_access(&self, v: &Vfs, ino: INodeNo, mask: u32) -> Result<(), Errno> {
+        let e = self.entry(ino)?;
+        v.access(&e, mask).map_err(errno)
+    }
+
     /// A READ through `fh` at `offset` into `buf`: the bytes read.
     pub(super) fn read_file(&self, fh: FileHandle, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
         self.file(fh)?.file.read_at(buf, offset).map_err(errno)

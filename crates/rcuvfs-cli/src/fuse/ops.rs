@@ -7,12 +7,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use fuser::{
-    AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use rcuvfs::fs::{SetAttr, SetTime, Timespec};
-use rcuvfs::{FileType, RenameFlags, XattrSet};
+use rcuvfs::{FileType, XattrSet};
 
 use super::nodes::Mounted;
 
@@ -133,29 +133,16 @@ impl fuser::Filesystem for Mounted {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let r = (|| {
-            let e = self.entry(ino)?;
-            let v = self.view(req);
-            let mut set = SetAttr {
-                perm: mode.map(|m| m & 0o7777),
-                uid,
-                gid,
-                size,
-                atime: atime.map(set_time),
-                mtime: mtime.map(set_time),
-            };
-            // ftruncate: the open checked the permission; the file mode
-            // may have changed since.
-            if let (Some(size), Some(fh)) = (size, fh) {
-                let f = self.file(fh)?;
-                f.file.set_len(size).map_err(errno)?;
-                set.size = None;
-            }
-            let m = if set == SetAttr::default() { e.metadata() } else { v.set_attr(&e, &set) };
-            m.map_err(errno)
-        })();
-        match r {
-            Ok(m) => reply.attr(&self.ttl, &self.attr(&m)),
+        let set = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+        };
+        match self.set_attr(&self.view(req), ino, set, fh) {
+            Ok(a) => reply.attr(&self.ttl, &a),
             Err(e) => reply.error(e),
         }
     }
@@ -188,25 +175,20 @@ impl fuser::Filesystem for Mounted {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        let r = (|| {
-            let p = self.entry(parent)?;
-            let v = self.view(req);
-            v.create_dir_at(&p, name, mode & 0o7777).map_err(errno)?;
-            self.lookup_entry(&v, &p, name)
-        })();
+        let r = self.make_dir(&self.view(req), parent, name, mode);
         self.reply_entry(reply, r);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.entry(parent) {
-            Ok(p) => done(reply, self.view(req).remove_file_at(&p, name)),
+        match self.remove_name(&self.view(req), parent, name, false) {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.entry(parent) {
-            Ok(p) => done(reply, self.view(req).remove_dir_at(&p, name)),
+        match self.remove_name(&self.view(req), parent, name, true) {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
@@ -231,12 +213,7 @@ impl fuser::Filesystem for Mounted {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = (|| {
-            let (p, np) = (self.entry(parent)?, self.entry(newparent)?);
-            let flags = RenameFlags::from_bits(flags.bits()).map_err(errno)?;
-            self.view(req).rename_at(&p, name, &np, newname, flags).map_err(errno)
-        })();
-        match r {
+        match self.rename_names(&self.view(req), parent, name, newparent, newname, flags.bits()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -350,82 +327,23 @@ impl fuser::Filesystem for Mounted {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // A directory needs no state: readdir lists from the node's handle
-        // by cookie. The read permission is checked here and on each read.
-        let r = self.entry(ino).and_then(|e| {
-            if !e.is_dir() {
-                return Err(Errno::ENOTDIR);
-            }
-            self.view(req).access(&e, libc::R_OK as u32).map_err(errno)
-        });
-        match r {
-            // memfs: the kernel may cache a directory's listing and keep
-            // it across opens (every change to it comes through the mount,
-            // and the kernel drops the cache when it changes).
-            Ok(()) if self.data.keep => {
-                reply.opened(FileHandle(0), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE)
-            }
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+        match self.open_dir(&self.view(req), ino) {
+            Ok(flags) => reply.opened(FileHandle(0), flags),
             Err(e) => reply.error(e),
         }
     }
 
     fn readdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let r = (|| {
-            let e = self.entry(ino)?;
-            let v = self.view(req);
-            // "." and ".." take offsets 1 and 2; the filesystem's cookies
-            // (1 and up) are shifted by 2.
-            if offset < 1 && reply.add(ino, 1, fuser::FileType::Directory, ".") {
-                return Ok(());
-            }
-            if offset < 2 {
-                let up = v.metadata_at(&e, "..", false).map_err(errno)?;
-                if reply.add(INodeNo(self.node_id(up.ino())), 2, fuser::FileType::Directory, "..") {
-                    return Ok(());
-                }
-            }
-            for d in v.read_dir_at(&e, offset.saturating_sub(2)).map_err(errno)? {
-                let node = INodeNo(self.node_id(d.ino));
-                if reply.add(node, d.offset + 2, kind(d.kind), OsStr::from_bytes(&d.name)) {
-                    break;
-                }
-            }
-            Ok(())
-        })();
-        match r {
+        match self.list(&self.view(req), ino, offset, |node, next, kind, name| reply.add(node, next, kind, name)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
     fn readdirplus(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let r = (|| {
-            let e = self.entry(ino)?;
-            let v = self.view(req);
-            // The kernel counts no lookup for "." and "..".
-            if offset < 1 {
-                let a = self.attr(&e.metadata().map_err(errno)?);
-                if reply.add(ino, 1, ".", &self.ttl, &a, Generation(0)) {
-                    return Ok(());
-                }
-            }
-            if offset < 2 {
-                let a = self.attr(&v.metadata_at(&e, "..", false).map_err(errno)?);
-                if reply.add(a.ino, 2, "..", &self.ttl, &a, Generation(0)) {
-                    return Ok(());
-                }
-            }
-            for d in v.read_dir_plus(&e, offset.saturating_sub(2)).map_err(errno)? {
-                let a = self.attr(&d.metadata);
-                let name = OsStr::from_bytes(&d.entry.name);
-                if reply.add(a.ino, d.entry.offset + 2, name, &self.ttl, &a, Generation(0)) {
-                    break; // not sent: not counted
-                }
-                self.remember(d.child)?;
-            }
-            Ok(())
-        })();
+        let r = self.list_plus(&self.view(req), ino, offset, |next, name, a| {
+            reply.add(a.ino, next, name, &self.ttl, a, Generation(0))
+        });
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -469,7 +387,7 @@ impl fuser::Filesystem for Mounted {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.entry(ino).and_then(|e| self.view(req).get_xattr_entry(&e, name).map_err(errno)) {
+        match self.get_xattr(&self.view(req), ino, name) {
             Ok(v) => reply_sized(reply, size, &v),
             Err(e) => reply.error(e),
         }
@@ -497,8 +415,8 @@ impl fuser::Filesystem for Mounted {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        match self.entry(ino) {
-            Ok(e) => done(reply, self.view(req).access(&e, mask.bits() as u32)),
+        match self.check_access(&self.view(req), ino, mask.bits() as u32) {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }

@@ -65,12 +65,24 @@ const OWN: u64 = 1 << 63;
 
 const FUSE_LOOKUP: u32 = 1;
 const FUSE_GETATTR: u32 = 3;
+const FUSE_SETATTR: u32 = 4;
+const FUSE_MKDIR: u32 = 9;
+const FUSE_UNLINK: u32 = 10;
+const FUSE_RMDIR: u32 = 11;
+const FUSE_RENAME: u32 = 12;
 const FUSE_OPEN: u32 = 14;
+const FUSE_GETXATTR: u32 = 22;
+const FUSE_ACCESS: u32 = 34;
+const FUSE_RENAME2: u32 = 45;
 const FUSE_READ: u32 = 15;
 const FUSE_WRITE: u32 = 16;
 const FUSE_RELEASE: u32 = 18;
 const FUSE_FLUSH: u32 = 25;
 const FUSE_CREATE: u32 = 35;
+const FUSE_OPENDIR: u32 = 27;
+const FUSE_READDIR: u32 = 28;
+const FUSE_RELEASEDIR: u32 = 29;
+const FUSE_READDIRPLUS: u32 = 44;
 const FUSE_INIT: u32 = 26;
 const FUSE_DESTROY: u32 = 38;
 const FUSE_GETATTR_FH: u32 = 1;
@@ -520,6 +532,11 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
             let fh = (flags & FUSE_GETATTR_FH != 0).then_some(FileHandle(fh));
             server.getattr_of(node, fh).map(|a| attr_out(out, &a, server.ttl))
         }
+        FUSE_SETATTR => {
+            let v = server.view_of(uid, gid, pid);
+            let (set, fh) = set_attr_in(&hdr[OP_IN..OP_IN + 88]);
+            server.set_attr(&v, node, set, fh).map(|a| attr_out(out, &a, server.ttl))
+        }
         FUSE_OPEN => {
             let v = server.view_of(uid, gid, pid);
             server.open_node(&v, node, u32_at(hdr, OP_IN) as i32, no_backing).map(|(fh, _)| {
@@ -553,7 +570,71 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
             server.release_file(FileHandle(u64_at(hdr, OP_IN)));
             Ok(0)
         }
-        FUSE_FLUSH => Ok(0),
+        FUSE_FLUSH | FUSE_RELEASEDIR => Ok(0),
+        FUSE_MKDIR => {
+            let v = server.view_of(uid, gid, pid);
+            server
+                .make_dir(&v, node, &name(&payload[..psz]), u32_at(hdr, OP_IN))
+                .map(|a| entry_out(out, &a, server.ttl))
+        }
+        FUSE_UNLINK | FUSE_RMDIR => {
+            let v = server.view_of(uid, gid, pid);
+            server.remove_name(&v, node, &name(&payload[..psz]), opcode == FUSE_RMDIR).map(|()| 0)
+        }
+        FUSE_RENAME | FUSE_RENAME2 => {
+            let newdir = INodeNo(u64_at(hdr, OP_IN));
+            let flags = if opcode == FUSE_RENAME2 { u32_at(hdr, OP_IN + 8) } else { 0 };
+            let mut names = payload[..psz].split(|&c| c == 0);
+            let (old, new) = (names.next().unwrap_or(&[]), names.next().unwrap_or(&[]));
+            let v = server.view_of(uid, gid, pid);
+            server.rename_names(&v, node, OsStr::from_bytes(old), newdir, OsStr::from_bytes(new), flags).map(|()| 0)
+        }
+        FUSE_ACCESS => server.check_access(&server.view_of(uid, gid, pid), node, u32_at(hdr, OP_IN)).map(|()| 0),
+        FUSE_GETXATTR => {
+            let size = u32_at(hdr, OP_IN) as usize;
+            let v = server.view_of(uid, gid, pid);
+            server.get_xattr(&v, node, &name(&payload[..psz])).and_then(|value| {
+                // Size 0 asks the length; a buffer too small is ERANGE.
+                if size == 0 {
+                    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                    out.extend_from_slice(&0u32.to_le_bytes());
+                    Ok(0)
+                } else if value.len() > size {
+                    Err(fuser::Errno::ERANGE)
+                } else {
+                    payload[..value.len()].copy_from_slice(&value);
+                    Ok(value.len())
+                }
+            })
+        }
+        FUSE_OPENDIR => server.open_dir(&server.view_of(uid, gid, pid), node).map(|flags| {
+            open_out(out, FileHandle(0), flags.bits());
+            0
+        }),
+        FUSE_READDIR => {
+            let (offset, size) = (u64_at(hdr, OP_IN + 8), (u32_at(hdr, OP_IN + 16) as usize).min(PAYLOAD));
+            let v = server.view_of(uid, gid, pid);
+            server
+                .list(&v, node, offset, |n, next, kind, name| !dirent(out, size, n.0, next, kind, name.as_bytes()))
+                .map(|()| 0)
+        }
+        FUSE_READDIRPLUS => {
+            let (offset, size) = (u64_at(hdr, OP_IN + 8), (u32_at(hdr, OP_IN + 16) as usize).min(PAYLOAD));
+            let v = server.view_of(uid, gid, pid);
+            server
+                .list_plus(&v, node, offset, |next, name, a| {
+                    // An entry_out, then the dirent; all or nothing.
+                    let at = out.len();
+                    if at + 128 + dirent_len(name.len()) > size {
+                        return true;
+                    }
+                    entry_out(out, a, server.ttl);
+                    let fits = dirent(out, size, a.ino.0, next, a.kind, name.as_bytes());
+                    debug_assert!(fits);
+                    false
+                })
+                .map(|()| 0)
+        }
         _ => {
             // In the device's layout: the header, the op header (the part
             // of `len` the payload does not hold), the payload.
@@ -604,15 +685,7 @@ fn attr(out: &mut Vec<u8>, a: &FileAttr) {
         }
     };
     let (at, mt, ct) = (t(a.atime), t(a.mtime), t(a.ctime));
-    let kind = match a.kind {
-        fuser::FileType::NamedPipe => libc::S_IFIFO,
-        fuser::FileType::CharDevice => libc::S_IFCHR,
-        fuser::FileType::BlockDevice => libc::S_IFBLK,
-        fuser::FileType::Directory => libc::S_IFDIR,
-        fuser::FileType::RegularFile => libc::S_IFREG,
-        fuser::FileType::Symlink => libc::S_IFLNK,
-        fuser::FileType::Socket => libc::S_IFSOCK,
-    };
+    let kind = file_mode(a.kind);
     for v in [a.ino.0, a.size, a.blocks, at.0 as u64, mt.0 as u64, ct.0 as u64] {
         out.extend_from_slice(&v.to_le_bytes());
     }
@@ -632,6 +705,71 @@ fn entry_out(out: &mut Vec<u8>, a: &FileAttr, ttl: Duration) -> usize {
     }
     attr(out, a);
     0
+}
+
+/// A `fuse_setattr_in`: what to change, and the open file it names.
+fn set_attr_in(b: &[u8]) -> (rcuvfs::fs::SetAttr, Option<FileHandle>) {
+    use rcuvfs::fs::{SetTime, Timespec};
+    const MODE: u32 = 1;
+    const UID: u32 = 2;
+    const GID: u32 = 4;
+    const SIZE: u32 = 8;
+    const ATIME: u32 = 16;
+    const MTIME: u32 = 32;
+    const FH: u32 = 64;
+    const ATIME_NOW: u32 = 128;
+    const MTIME_NOW: u32 = 256;
+    let valid = u32_at(b, 0);
+    let has = |bit: u32| valid & bit != 0;
+    let time = |now: u32, at: u32, sec: usize, nsec: usize| {
+        if has(now) {
+            Some(SetTime::Now)
+        } else {
+            has(at).then(|| SetTime::At(Timespec { sec: u64_at(b, sec) as i64, nsec: u32_at(b, nsec) }))
+        }
+    };
+    let set = rcuvfs::fs::SetAttr {
+        perm: has(MODE).then(|| u32_at(b, 68) & 0o7777),
+        uid: has(UID).then(|| u32_at(b, 76)),
+        gid: has(GID).then(|| u32_at(b, 80)),
+        size: has(SIZE).then(|| u64_at(b, 16)),
+        atime: time(ATIME_NOW, ATIME, 32, 56),
+        mtime: time(MTIME_NOW, MTIME, 40, 60),
+    };
+    (set, has(FH).then(|| FileHandle(u64_at(b, 8))))
+}
+
+fn dirent_len(name: usize) -> usize {
+    (24 + name + 7) & !7
+}
+
+/// Appends a `fuse_dirent` (padded to 8 bytes) if `out` stays within
+/// `size` bytes; whether it did.
+fn dirent(out: &mut Vec<u8>, size: usize, ino: u64, next: u64, kind: fuser::FileType, name: &[u8]) -> bool {
+    let len = dirent_len(name.len());
+    if out.len() + len > size {
+        return false;
+    }
+    let at = out.len();
+    out.extend_from_slice(&ino.to_le_bytes());
+    out.extend_from_slice(&next.to_le_bytes());
+    out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(file_mode(kind) >> 12).to_le_bytes());
+    out.extend_from_slice(name);
+    out.resize(at + len, 0);
+    true
+}
+
+fn file_mode(kind: fuser::FileType) -> u32 {
+    match kind {
+        fuser::FileType::NamedPipe => libc::S_IFIFO,
+        fuser::FileType::CharDevice => libc::S_IFCHR,
+        fuser::FileType::BlockDevice => libc::S_IFBLK,
+        fuser::FileType::Directory => libc::S_IFDIR,
+        fuser::FileType::RegularFile => libc::S_IFREG,
+        fuser::FileType::Symlink => libc::S_IFLNK,
+        fuser::FileType::Socket => libc::S_IFSOCK,
+    }
 }
 
 /// `fuse_open_out`: the handle and the kernel's flags for it.
@@ -690,5 +828,38 @@ mod tests {
         attr_out(&mut o, &a, Duration::ZERO);
         assert_eq!(o.len(), 104, "fuse_attr_out");
         assert_eq!(o[16..], e[40..]);
+    }
+
+    #[test]
+    fn a_listing_entry_is_padded_and_never_overruns_the_callers_buffer() {
+        let mut out = Vec::new();
+        assert!(dirent(&mut out, 64, 9, 3, fuser::FileType::Directory, b"abc"));
+        assert_eq!(out.len(), 32, "24 bytes of header and 3 of name, padded to 8");
+        assert_eq!((u64_at(&out, 0), u64_at(&out, 8), u32_at(&out, 16), u32_at(&out, 20)), (9, 3, 3, 4));
+        assert_eq!(&out[24..32], b"abc\0\0\0\0\0");
+        // 32 more would make 64: fits; then nothing more does.
+        assert!(dirent(&mut out, 64, 1, 4, fuser::FileType::RegularFile, b"12345678"));
+        assert_eq!(u32_at(&out, 52), 8, "DT_REG");
+        assert!(!dirent(&mut out, 64, 1, 5, fuser::FileType::RegularFile, b"x"));
+        assert_eq!(out.len(), 64);
+    }
+
+    #[test]
+    fn a_setattr_changes_only_what_its_valid_bits_name() {
+        use rcuvfs::fs::{SetTime, Timespec};
+        let mut b = [0u8; 88];
+        put_u32(&mut b, 0, 1 | 16 | 256 | 64); // mode, atime, mtime now, fh
+        put_u64(&mut b, 8, 42);
+        put_u64(&mut b, 16, 999); // size: not valid
+        put_u64(&mut b, 32, 1_000);
+        put_u32(&mut b, 56, 7);
+        put_u32(&mut b, 68, 0o104755);
+        put_u32(&mut b, 76, 5); // uid: not valid
+        let (set, fh) = set_attr_in(&b);
+        assert_eq!(set.perm, Some(0o4755));
+        assert_eq!((set.uid, set.gid, set.size), (None, None, None));
+        assert_eq!(set.atime, Some(SetTime::At(Timespec { sec: 1_000, nsec: 7 })));
+        assert_eq!(set.mtime, Some(SetTime::Now));
+        assert_eq!(fh, Some(FileHandle(42)));
     }
 }
