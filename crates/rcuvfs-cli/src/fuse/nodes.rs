@@ -30,9 +30,18 @@ struct KernelNode {
 #[derive(Default)]
 pub(super) struct KernelNotify {
     pub(super) notifier: OnceLock<fuser::Notifier>,
+    /// Over io_uring: `/dev/fuse` itself, written directly (fuser's
+    /// notifier would write to the bridge, and the kernel acts only once
+    /// the pump passes it on: a caller could see stale attributes after
+    /// the request that changed them was answered).
+    pub(super) device: OnceLock<Arc<std::os::fd::OwnedFd>>,
     /// The library's root inode number (FUSE's is 1).
     pub(super) root_ino: OnceLock<u64>,
 }
+
+/// `FUSE_NOTIFY_INVAL_INODE` and `FUSE_NOTIFY_INVAL_ENTRY`.
+const NOTIFY_INVAL_INODE: i32 = 2;
+const NOTIFY_INVAL_ENTRY: i32 = 3;
 
 impl KernelNotify {
     pub(super) fn node(&self, ino: u64) -> INodeNo {
@@ -43,10 +52,50 @@ impl KernelNotify {
     /// them (offset -1: no page-cache invalidation, so no inode lock in the
     /// kernel, and it may be sent from within a request on that node).
     pub(super) fn attrs_changed(&self, node: INodeNo) {
-        if let Some(n) = self.notifier.get() {
-            let _ = n.inval_inode(node, -1, 0);
+        self.inval_inode(node, -1, 0);
+    }
+
+    fn inval_inode(&self, node: INodeNo, off: i64, len: i64) {
+        if let Some(d) = self.device.get() {
+            let mut b = Vec::with_capacity(24);
+            b.extend_from_slice(&node.0.to_le_bytes());
+            b.extend_from_slice(&off.to_le_bytes());
+            b.extend_from_slice(&len.to_le_bytes());
+            notify_device(d, NOTIFY_INVAL_INODE, &b);
+        } else if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(node, off, len);
         }
     }
+
+    fn inval_entry(&self, parent: INodeNo, name: &[u8]) {
+        if let Some(d) = self.device.get() {
+            let mut b = Vec::with_capacity(16 + name.len() + 1);
+            b.extend_from_slice(&parent.0.to_le_bytes());
+            b.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(name);
+            b.push(0);
+            notify_device(d, NOTIFY_INVAL_ENTRY, &b);
+        } else if let Some(n) = self.notifier.get() {
+            let _ = n.inval_entry(parent, OsStr::from_bytes(name));
+        }
+    }
+}
+
+/// Writes a notification (`code`, its body) to `/dev/fuse`. Errors are
+/// ignored, as fuser's: ENOENT means the kernel does not know the node.
+fn notify_device(d: &std::os::fd::OwnedFd, code: i32, body: &[u8]) {
+    use std::os::fd::AsRawFd;
+    let mut h = Vec::with_capacity(16);
+    h.extend_from_slice(&((16 + body.len()) as u32).to_le_bytes());
+    h.extend_from_slice(&code.to_le_bytes());
+    h.extend_from_slice(&0u64.to_le_bytes());
+    let iov = [
+        libc::iovec { iov_base: h.as_ptr() as *mut libc::c_void, iov_len: h.len() },
+        libc::iovec { iov_base: body.as_ptr() as *mut libc::c_void, iov_len: body.len() },
+    ];
+    // SAFETY: both iovecs point into live buffers.
+    unsafe { libc::writev(d.as_raw_fd(), iov.as_ptr(), 2) };
 }
 
 /// A library inode number as a FUSE node id and back: the root's number
@@ -64,9 +113,7 @@ fn swap_root(root_ino: u64, ino: u64) -> u64 {
 impl rcuvfs::fs::Notify for KernelNotify {
     // Errors are ignored: ENOENT means the kernel does not know the node.
     fn entry_changed(&self, parent: u64, name: &[u8]) {
-        if let Some(n) = self.notifier.get() {
-            let _ = n.inval_entry(self.node(parent), OsStr::from_bytes(name));
-        }
+        self.inval_entry(self.node(parent), name);
     }
 
     fn attr_changed(&self, parent: u64, name: &[u8]) {
@@ -75,10 +122,8 @@ impl rcuvfs::fs::Notify for KernelNotify {
     }
 
     fn inode_changed(&self, ino: u64) {
-        if let Some(n) = self.notifier.get() {
-            // Attributes and all cached data.
-            let _ = n.inval_inode(self.node(ino), 0, 0);
-        }
+        // Attributes and all cached data.
+        self.inval_inode(self.node(ino), 0, 0);
     }
 
     fn all_changed(&self) {

@@ -64,6 +64,9 @@ const ENT_IN_OUT: usize = 256;
 const OWN: u64 = 1 << 63;
 
 const FUSE_LOOKUP: u32 = 1;
+const FUSE_FORGET: u32 = 2;
+const FUSE_INTERRUPT: u32 = 36;
+const FUSE_BATCH_FORGET: u32 = 42;
 const FUSE_GETATTR: u32 = 3;
 const FUSE_SETATTR: u32 = 4;
 const FUSE_MKDIR: u32 = 9;
@@ -144,7 +147,7 @@ unsafe impl Send for Ent {}
 unsafe impl Sync for Ent {}
 
 struct Shared {
-    dev: OwnedFd,
+    dev: Arc<OwnedFd>,
     /// The bridge's end that this module reads and writes.
     bridge: OwnedFd,
     server: Mounted,
@@ -207,7 +210,7 @@ pub(super) fn start(dev: OwnedFd, server: Mounted, fuser_threads: usize) -> io::
         // Room for a whole write request in one message (root may exceed
         // the system's default limits).
         let size: libc::c_int = 4 * MESSAGE as libc::c_int;
-        for opt in [libc::SO_SNDBUFFORCE, libc::SO_RCVBUFFORCE] {
+        let set = |opt| {
             // SAFETY: an int option of the right size.
             unsafe {
                 libc::setsockopt(
@@ -216,8 +219,16 @@ pub(super) fn start(dev: OwnedFd, server: Mounted, fuser_threads: usize) -> io::
                     opt,
                     (&size as *const libc::c_int).cast(),
                     std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
+                ) == 0
+            }
+        };
+        // Without CAP_NET_ADMIN the system's limits cap the plain options;
+        // a message the buffer cannot take is then answered EIO (below).
+        if !set(libc::SO_SNDBUFFORCE) {
+            set(libc::SO_SNDBUF);
+        }
+        if !set(libc::SO_RCVBUFFORCE) {
+            set(libc::SO_RCVBUF);
         }
     }
     let cpus = possible_cpus();
@@ -244,6 +255,10 @@ pub(super) fn start(dev: OwnedFd, server: Mounted, fuser_threads: usize) -> io::
         // SAFETY: just created, owned here.
         queues.push(Queue { done: Mutex::new(Vec::new()), wake: unsafe { OwnedFd::from_raw_fd(efd) }, ents });
     }
+    let dev = Arc::new(dev);
+    // Notifications go to the device from the thread that makes them, as
+    // over /dev/fuse (see `KernelNotify`).
+    let _ = server.kernel.device.set(dev.clone());
     let shared = Arc::new(Shared {
         dev,
         bridge: ours,
@@ -262,7 +277,11 @@ pub(super) fn start(dev: OwnedFd, server: Mounted, fuser_threads: usize) -> io::
         let s = shared.clone();
         std::thread::Builder::new().name(format!("rcuvfs-ring-{q}")).spawn(move || {
             if let Err(e) = queue_loop(&s, q) {
-                eprintln!("rcuvfs: io_uring queue {q}: {e}");
+                // The kernel keeps giving this CPU's requests to a queue no
+                // one serves: its callers would wait for good. Ending the
+                // process ends the connection (they get ENOTCONN).
+                eprintln!("rcuvfs: io_uring queue {q}: {e}: exiting");
+                std::process::exit(1);
             }
         })?;
     }
@@ -295,14 +314,26 @@ fn device_loop(s: &Shared, fuser_threads: usize) {
             Err(_) => break,
         };
         let m = &buf[..n];
-        if n >= 40 && u32_at(m, 4) == FUSE_INIT {
-            *s.init.lock().expect("init") = Some(u64_at(m, 8));
+        if n >= 60 && u32_at(m, 4) == FUSE_INIT {
+            *s.init.lock().unwrap_or_else(|e| e.into_inner()) = Some(u64_at(m, 8));
             let flags = u32_at(m, 52);
             let flags2 = if flags & FUSE_INIT_EXT != 0 { u32_at(m, 56) } else { 0 };
             s.offered.store(flags2 & OVER_IO_URING2 != 0, Ordering::Relaxed);
         }
-        if writev(s.bridge.as_raw_fd(), &[m]).is_err() {
-            break;
+        if let Err(e) = writev(s.bridge.as_raw_fd(), &[m]) {
+            if matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
+                break; // fuser is gone
+            }
+            // The bridge could not take this one (a message past its
+            // buffer, or no memory for it): fail it alone.
+            let op = if n >= 40 { u32_at(m, 4) } else { 0 };
+            if n >= 40 && !matches!(op, FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT) {
+                let mut h = [0u8; 16];
+                put_u32(&mut h, 0, 16);
+                put_u32(&mut h, 4, (-libc::EIO) as u32);
+                put_u64(&mut h, 8, u64_at(m, 8));
+                let _ = writev(s.dev.as_raw_fd(), &[&h]);
+            }
         }
     }
     for i in 0..fuser_threads as u64 {
@@ -332,10 +363,19 @@ fn pump_loop(s: &Arc<Shared>) {
         }
     });
     loop {
-        // SAFETY: buf is writable for its length.
-        let r = unsafe { libc::read(s.bridge.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        // SAFETY: buf is writable for its length. MSG_TRUNC: the message's
+        // whole length, even past the buffer.
+        let r = unsafe { libc::recv(s.bridge.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_TRUNC) };
         let n = match cvt(r) {
             Ok(0) => return, // fuser's end closed: the session is over.
+            Ok(n) if n > buf.len() => {
+                // A reply larger than any request may have: answered EIO
+                // rather than cut short (the kernel would refuse it, and
+                // its caller wait for good).
+                put_u32(&mut buf, 0, 16);
+                put_u32(&mut buf, 4, (-libc::EIO) as u32);
+                16
+            }
             Ok(n) => n,
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(_) => return,
@@ -351,7 +391,7 @@ fn pump_loop(s: &Arc<Shared>) {
             let _ = notify.send(buf[..n].to_vec());
             continue;
         }
-        let to_queue = s.pending.lock().expect("pending").remove(&unique);
+        let to_queue = s.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&unique);
         if let Some((q, i)) = to_queue {
             let queue = &s.queues[q];
             let e = &queue.ents[i];
@@ -364,13 +404,13 @@ fn pump_loop(s: &Arc<Shared>) {
                 std::ptr::copy_nonoverlapping(body.as_ptr(), e.payload, len);
                 put_u32(hdr, ENT_IN_OUT + 16, len as u32);
             }
-            queue.done.lock().expect("done").push(i);
+            queue.done.lock().unwrap_or_else(|e| e.into_inner()).push(i);
             let one = 1u64;
             // SAFETY: 8 bytes from a live u64.
             unsafe { libc::write(queue.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
             continue;
         }
-        let is_init = *s.init.lock().expect("init") == Some(unique);
+        let is_init = *s.init.lock().unwrap_or_else(|e| e.into_inner()) == Some(unique);
         if is_init && u32_at(&buf, 4) == 0 && n >= 16 + 64 {
             let out = &mut buf[16..n];
             // Writes no larger than a ring entry's payload (and a device
@@ -378,6 +418,12 @@ fn pump_loop(s: &Arc<Shared>) {
             // its max_pages limit, 1 MiB by default, but sizes buffers
             // by max_write.
             put_u32(out, 20, u32_at(out, 20).min(PAYLOAD as u32));
+            // And requests of at most that many bytes of pages: the kernel
+            // sizes a ring entry by max_pages too.
+            // SAFETY: sysconf has no memory arguments.
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+            let pages = u16::from_le_bytes([out[28], out[29]]).min((PAYLOAD / page) as u16);
+            out[28..30].copy_from_slice(&pages.to_le_bytes());
             if s.offered.load(Ordering::Relaxed) {
                 put_u32(out, 12, u32_at(out, 12) | FUSE_INIT_EXT);
                 put_u32(out, 32, u32_at(out, 32) | OVER_IO_URING2);
@@ -390,9 +436,9 @@ fn pump_loop(s: &Arc<Shared>) {
         // refused with ENOENT).
         let _ = writev(s.dev.as_raw_fd(), &[&buf[..n]]);
         if is_init && s.offered.load(Ordering::Relaxed) {
-            *s.init.lock().expect("init") = None;
+            *s.init.lock().unwrap_or_else(|e| e.into_inner()) = None;
             let (m, c) = &s.started;
-            *m.lock().expect("started") = true;
+            *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
             c.notify_all();
         }
     }
@@ -423,16 +469,18 @@ const WAKE: u64 = u64::MAX;
 fn queue_loop(s: &Shared, q: usize) -> io::Result<()> {
     {
         let (m, c) = &s.started;
-        let mut started = m.lock().expect("started");
+        let mut started = m.lock().unwrap_or_else(|e| e.into_inner());
         while !*started {
-            started = c.wait(started).expect("started");
+            started = c.wait(started).unwrap_or_else(|e| e.into_inner());
         }
     }
     // SAFETY: a zeroed cpu_set_t is empty; the set is passed by size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(q, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    if q < libc::CPU_SETSIZE as usize {
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(q, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
     }
     let queue = &s.queues[q];
     let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
@@ -446,6 +494,9 @@ fn queue_loop(s: &Shared, q: usize) -> io::Result<()> {
     let mut sqes: Vec<squeue::Entry128> =
         (0..DEPTH).map(|i| command(CMD_REGISTER, q, 0, Some(&queue.ents[i]), i)).collect();
     sqes.push(poll());
+    // Each entry's last command and commit id, to send again if the
+    // kernel asks (EAGAIN, EINTR).
+    let mut last = [(CMD_REGISTER, 0u64); DEPTH];
     let mut out = Vec::with_capacity(4096);
     let mut forward = vec![0u8; 0];
     loop {
@@ -466,9 +517,10 @@ fn queue_loop(s: &Shared, q: usize) -> io::Result<()> {
                 let mut v = 0u64;
                 // SAFETY: 8 bytes into a live u64 (non-blocking).
                 unsafe { libc::read(queue.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-                for i in std::mem::take(&mut *queue.done.lock().expect("done")) {
+                for i in std::mem::take(&mut *queue.done.lock().unwrap_or_else(|e| e.into_inner())) {
                     // SAFETY: the pump handed the entry back through `done`.
                     let commit = u64_at(unsafe { header(&queue.ents[i]) }, ENT_IN_OUT + 8);
+                    last[i] = (CMD_COMMIT_AND_FETCH, commit);
                     sqes.push(command(CMD_COMMIT_AND_FETCH, q, commit, None, i));
                 }
                 sqes.push(poll());
@@ -476,21 +528,44 @@ fn queue_loop(s: &Shared, q: usize) -> io::Result<()> {
             }
             let i = data as usize;
             if res == -libc::EAGAIN || res == -libc::EINTR {
-                sqes.push(command(CMD_REGISTER, q, 0, Some(&queue.ents[i]), i));
+                let (op, commit) = last[i];
+                let ent = (op == CMD_REGISTER).then(|| &queue.ents[i]);
+                sqes.push(command(op, q, commit, ent, i));
                 continue;
             }
             if res < 0 {
-                // ENOTCONN: unmounted.
+                // Unmounted, or the connection aborted.
                 return match -res {
-                    libc::ENOTCONN | libc::ENODEV => Ok(()),
+                    libc::ENOTCONN | libc::ENODEV | libc::ECONNABORTED => Ok(()),
                     e => Err(io::Error::from_raw_os_error(e)),
                 };
             }
-            if let Some(commit) = serve(s, q, i, &mut out, &mut forward) {
+            let served =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(s, q, i, &mut out, &mut forward)));
+            let commit = match served {
+                Ok(c) => c,
+                // As fuser does: a request whose handler panicked is
+                // answered EIO, and the queue goes on.
+                Err(_) => Some(fail(&queue.ents[i], libc::EIO)),
+            };
+            if let Some(commit) = commit {
+                last[i] = (CMD_COMMIT_AND_FETCH, commit);
                 sqes.push(command(CMD_COMMIT_AND_FETCH, q, commit, None, i));
             }
         }
     }
+}
+
+/// Makes entry `e`'s answer the error `errno`; returns its commit id.
+fn fail(e: &Ent, errno: i32) -> u64 {
+    // SAFETY: the kernel completed the entry: it is this thread's.
+    let hdr = unsafe { header(e) };
+    let unique = u64_at(hdr, 8);
+    put_u32(hdr, 0, 16);
+    put_u32(hdr, 4, (-errno) as u32);
+    put_u64(hdr, 8, unique);
+    put_u32(hdr, ENT_IN_OUT + 16, 0);
+    u64_at(hdr, ENT_IN_OUT + 8)
 }
 
 /// The entry's header page.
@@ -571,6 +646,19 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
             Ok(0)
         }
         FUSE_FLUSH | FUSE_RELEASEDIR => Ok(0),
+        // Linux sends forgets through /dev/fuse; should one come here, the
+        // entry must still go back to the kernel (as libfuse does).
+        FUSE_FORGET => {
+            server.forget_node(node, u64_at(hdr, OP_IN));
+            Ok(0)
+        }
+        FUSE_BATCH_FORGET => {
+            let count = u32_at(hdr, OP_IN) as usize;
+            for f in payload[..psz].chunks_exact(16).take(count) {
+                server.forget_node(INodeNo(u64_at(f, 0)), u64_at(f, 8));
+            }
+            Ok(0)
+        }
         FUSE_MKDIR => {
             let v = server.view_of(uid, gid, pid);
             server
@@ -643,11 +731,11 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
             forward.extend_from_slice(&hdr[..40]);
             put_u32(forward, 0, (40 + arg0 + psz) as u32);
             forward.extend_from_slice(&hdr[OP_IN..OP_IN + arg0]);
-            s.pending.lock().expect("pending").insert(unique, (q, i));
+            s.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(unique, (q, i));
             if writev(s.bridge.as_raw_fd(), &[forward, &payload[..psz]]).is_ok() {
                 return None;
             }
-            s.pending.lock().expect("pending").remove(&unique);
+            s.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&unique);
             Err(fuser::Errno::EIO)
         }
     };
@@ -686,10 +774,12 @@ fn attr(out: &mut Vec<u8>, a: &FileAttr) {
     };
     let (at, mt, ct) = (t(a.atime), t(a.mtime), t(a.ctime));
     let kind = file_mode(a.kind);
+    // The last word (`flags`) is 0: Linux reads its bits as
+    // FUSE_ATTR_SUBMOUNT and FUSE_ATTR_DAX.
     for v in [a.ino.0, a.size, a.blocks, at.0 as u64, mt.0 as u64, ct.0 as u64] {
         out.extend_from_slice(&v.to_le_bytes());
     }
-    for v in [at.1, mt.1, ct.1, kind | u32::from(a.perm), a.nlink, a.uid, a.gid, a.rdev, a.blksize, a.flags] {
+    for v in [at.1, mt.1, ct.1, kind | u32::from(a.perm), a.nlink, a.uid, a.gid, a.rdev, a.blksize, 0] {
         out.extend_from_slice(&v.to_le_bytes());
     }
 }
