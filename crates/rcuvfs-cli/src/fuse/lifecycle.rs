@@ -129,7 +129,7 @@ pub fn run(args: MountArgs) -> io::Result<()> {
     let fd = mount_direct(&args.mountpoint, &opts, &args.fstype).map_err(on)?;
     let direct = fd.is_some();
     if args.io_uring && fd.is_none() {
-        let _ = unmount(&args.mountpoint);
+        // Nothing is mounted yet: mount_direct could not open /dev/fuse.
         return Err(on(io::Error::other("--io-uring needs root (the server mounts itself)")));
     }
     let fd = match fd {

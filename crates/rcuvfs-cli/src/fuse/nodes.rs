@@ -86,16 +86,10 @@ impl KernelNotify {
 /// ignored, as fuser's: ENOENT means the kernel does not know the node.
 fn notify_device(d: &std::os::fd::OwnedFd, code: i32, body: &[u8]) {
     use std::os::fd::AsRawFd;
-    let mut h = Vec::with_capacity(16);
-    h.extend_from_slice(&((16 + body.len()) as u32).to_le_bytes());
-    h.extend_from_slice(&code.to_le_bytes());
-    h.extend_from_slice(&0u64.to_le_bytes());
-    let iov = [
-        libc::iovec { iov_base: h.as_ptr() as *mut libc::c_void, iov_len: h.len() },
-        libc::iovec { iov_base: body.as_ptr() as *mut libc::c_void, iov_len: body.len() },
-    ];
-    // SAFETY: both iovecs point into live buffers.
-    unsafe { libc::writev(d.as_raw_fd(), iov.as_ptr(), 2) };
+    let mut h = [0u8; 16];
+    h[..4].copy_from_slice(&((16 + body.len()) as u32).to_le_bytes());
+    h[4..8].copy_from_slice(&code.to_le_bytes());
+    let _ = super::uring::writev(d.as_raw_fd(), &[&h, body]);
 }
 
 /// A library inode number as a FUSE node id and back: the root's number

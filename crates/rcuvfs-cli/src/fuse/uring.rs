@@ -29,6 +29,10 @@
 //! - Not with the kernel's FUSE passthrough (its backing ids are ioctls on
 //!   the device, which fuser would send to the bridge).
 //!
+//! Locks: `Shared::pending`, a queue's `done` and `started` are leaves,
+//! each held for a map or vector operation; none is taken while another is
+//! held.
+//!
 //! The ring protocol (the kernel's `fuse_uring_req_header`): a 128-byte
 //! in/out header (`fuse_in_header` in, `fuse_out_header` out), 128 bytes of
 //! the request's first argument (its op header, or nothing), then
@@ -40,7 +44,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -121,9 +125,7 @@ fn put_u64(b: &mut [u8], o: usize, v: u64) {
     b[o..o + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-/// Where a request handed to fuser came from, so that its reply goes back
-/// there: a queue's entry (by its unique id, in `Shared::pending`), else
-/// the device.
+/// One CPU's ring: its entries, and what the pump hands back to it.
 struct Queue {
     /// Entries whose reply the pump wrote, to commit.
     done: Mutex<Vec<usize>>,
@@ -152,10 +154,14 @@ struct Shared {
     bridge: OwnedFd,
     server: Mounted,
     queues: Vec<Queue>,
-    /// Unique id of a request handed to fuser from a queue -> (queue, entry).
+    /// Where a request handed to fuser came from, so that its reply goes
+    /// back there: unique id -> (queue, entry); absent, the device.
     pending: Mutex<HashMap<u64, (usize, usize)>>,
-    /// INIT's unique id, until its reply passes.
-    init: Mutex<Option<u64>>,
+    /// INIT's unique id (0: none, or its reply has passed). Relaxed, as
+    /// `offered`: the device thread stores both before it writes INIT to
+    /// the bridge, and the pump reads them after fuser's reply to it came
+    /// back through the bridge (the socket's calls order them).
+    init: AtomicU64,
     /// Set once INIT's reply is sent: the queues may register.
     started: (Mutex<bool>, Condvar),
     /// Whether the kernel offered FUSE_OVER_IO_URING at INIT.
@@ -188,11 +194,15 @@ fn cvt(r: isize) -> io::Result<usize> {
     }
 }
 
-fn writev(fd: RawFd, parts: &[&[u8]]) -> io::Result<usize> {
-    let iov: Vec<libc::iovec> =
-        parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect();
-    // SAFETY: every iovec points into a live slice.
-    cvt(unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as libc::c_int) })
+/// Writes up to two slices as one message (one request or reply).
+pub(super) fn writev(fd: RawFd, parts: &[&[u8]]) -> io::Result<usize> {
+    let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2];
+    for (v, p) in iov.iter_mut().zip(parts) {
+        *v = libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() };
+    }
+    debug_assert!(parts.len() <= iov.len(), "at most two parts");
+    // SAFETY: every iovec in use points into a live slice.
+    cvt(unsafe { libc::writev(fd, iov.as_ptr(), parts.len().min(iov.len()) as libc::c_int) })
 }
 
 /// Starts the bridge on the mounted `/dev/fuse` descriptor `dev`: returns
@@ -265,7 +275,7 @@ pub(super) fn start(dev: OwnedFd, server: Mounted, fuser_threads: usize) -> io::
         server,
         queues,
         pending: Mutex::new(HashMap::new()),
-        init: Mutex::new(None),
+        init: AtomicU64::new(0),
         started: (Mutex::new(false), Condvar::new()),
         offered: AtomicBool::new(false),
     });
@@ -315,7 +325,7 @@ fn device_loop(s: &Shared, fuser_threads: usize) {
         };
         let m = &buf[..n];
         if n >= 60 && u32_at(m, 4) == FUSE_INIT {
-            *s.init.lock().unwrap_or_else(|e| e.into_inner()) = Some(u64_at(m, 8));
+            s.init.store(u64_at(m, 8), Ordering::Relaxed);
             let flags = u32_at(m, 52);
             let flags2 = if flags & FUSE_INIT_EXT != 0 { u32_at(m, 56) } else { 0 };
             s.offered.store(flags2 & OVER_IO_URING2 != 0, Ordering::Relaxed);
@@ -396,13 +406,12 @@ fn pump_loop(s: &Arc<Shared>) {
             let queue = &s.queues[q];
             let e = &queue.ents[i];
             let body = &buf[16..n];
-            // SAFETY: the entry is the pump's until it is queued in `done`.
+            let len = body.len().min(PAYLOAD);
+            // SAFETY: the entry is the pump's until it is queued in `done`;
+            // the payload mapping holds PAYLOAD bytes.
             unsafe {
-                let hdr = std::slice::from_raw_parts_mut(e.hdr, 4096);
-                hdr[..16].copy_from_slice(&buf[..16]);
-                let len = body.len().min(PAYLOAD);
                 std::ptr::copy_nonoverlapping(body.as_ptr(), e.payload, len);
-                put_u32(hdr, ENT_IN_OUT + 16, len as u32);
+                answer(header(e), unique, u32_at(&buf, 4) as i32, len);
             }
             queue.done.lock().unwrap_or_else(|e| e.into_inner()).push(i);
             let one = 1u64;
@@ -410,7 +419,7 @@ fn pump_loop(s: &Arc<Shared>) {
             unsafe { libc::write(queue.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
             continue;
         }
-        let is_init = *s.init.lock().unwrap_or_else(|e| e.into_inner()) == Some(unique);
+        let is_init = s.init.load(Ordering::Relaxed) == unique;
         if is_init && u32_at(&buf, 4) == 0 && n >= 16 + 64 {
             let out = &mut buf[16..n];
             // Writes no larger than a ring entry's payload (and a device
@@ -436,7 +445,7 @@ fn pump_loop(s: &Arc<Shared>) {
         // refused with ENOENT).
         let _ = writev(s.dev.as_raw_fd(), &[&buf[..n]]);
         if is_init && s.offered.load(Ordering::Relaxed) {
-            *s.init.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            s.init.store(0, Ordering::Relaxed);
             let (m, c) = &s.started;
             *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
             c.notify_all();
@@ -474,8 +483,9 @@ fn queue_loop(s: &Shared, q: usize) -> io::Result<()> {
             started = c.wait(started).unwrap_or_else(|e| e.into_inner());
         }
     }
-    // SAFETY: a zeroed cpu_set_t is empty; the set is passed by size.
     if q < libc::CPU_SETSIZE as usize {
+        // SAFETY: a zeroed cpu_set_t is empty, q is within it, and the set
+        // is passed with its size.
         unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             libc::CPU_SET(q, &mut set);
@@ -498,7 +508,8 @@ fn queue_loop(s: &Shared, q: usize) -> io::Result<()> {
     // kernel asks (EAGAIN, EINTR).
     let mut last = [(CMD_REGISTER, 0u64); DEPTH];
     let mut out = Vec::with_capacity(4096);
-    let mut forward = vec![0u8; 0];
+    let mut forward = Vec::new();
+    let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(4 * DEPTH);
     loop {
         for e in sqes.drain(..) {
             // SAFETY: every buffer an SQE names lives as long as `s`.
@@ -511,8 +522,9 @@ fn queue_loop(s: &Shared, q: usize) -> io::Result<()> {
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(e) => return Err(e),
         }
-        let cqes: Vec<(u64, i32)> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
-        for (data, res) in cqes {
+        cqes.clear();
+        cqes.extend(ring.completion().map(|c| (c.user_data(), c.result())));
+        for &(data, res) in &cqes {
             if data == WAKE {
                 let mut v = 0u64;
                 // SAFETY: 8 bytes into a live u64 (non-blocking).
@@ -556,15 +568,25 @@ fn queue_loop(s: &Shared, q: usize) -> io::Result<()> {
     }
 }
 
+/// A name argument: its bytes up to the NUL.
+fn name(b: &[u8]) -> &OsStr {
+    OsStr::from_bytes(b.split(|&c| c == 0).next().unwrap_or(&[]))
+}
+
+/// Writes an entry's answer into its header: the out header (`error`, a
+/// negative errno or 0, and `n` bytes of payload) and the payload's size.
+fn answer(hdr: &mut [u8], unique: u64, error: i32, n: usize) {
+    put_u32(hdr, 0, (16 + n) as u32);
+    put_u32(hdr, 4, error as u32);
+    put_u64(hdr, 8, unique);
+    put_u32(hdr, ENT_IN_OUT + 16, n as u32);
+}
+
 /// Makes entry `e`'s answer the error `errno`; returns its commit id.
 fn fail(e: &Ent, errno: i32) -> u64 {
     // SAFETY: the kernel completed the entry: it is this thread's.
     let hdr = unsafe { header(e) };
-    let unique = u64_at(hdr, 8);
-    put_u32(hdr, 0, 16);
-    put_u32(hdr, 4, (-errno) as u32);
-    put_u64(hdr, 8, unique);
-    put_u32(hdr, ENT_IN_OUT + 16, 0);
+    answer(hdr, u64_at(hdr, 8), -errno, 0);
     u64_at(hdr, ENT_IN_OUT + 8)
 }
 
@@ -594,13 +616,12 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
     out.clear();
     // No backing files over io_uring (`start` is not given passthrough).
     let no_backing = |_: &OwnedFd| Err(io::Error::from_raw_os_error(libc::ENOTSUP));
-    let name = |b: &[u8]| OsStr::from_bytes(b.split(|&c| c == 0).next().unwrap_or(&[])).to_owned();
     let node = INodeNo(nodeid);
     // Ok(n): the answer is `out`, or n bytes already in the payload.
     let r: Result<usize, fuser::Errno> = match opcode {
         FUSE_LOOKUP => {
             let v = server.view_of(uid, gid, pid);
-            server.lookup_name(&v, node, &name(&payload[..psz])).map(|a| entry_out(out, &a, server.ttl))
+            server.lookup_name(&v, node, name(&payload[..psz])).map(|a| entry_out(out, &a, server.ttl))
         }
         FUSE_GETATTR => {
             let (flags, fh) = (u32_at(hdr, OP_IN), u64_at(hdr, OP_IN + 8));
@@ -622,7 +643,7 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
         FUSE_CREATE => {
             let (flags, mode) = (u32_at(hdr, OP_IN) as i32, u32_at(hdr, OP_IN + 4));
             let v = server.view_of(uid, gid, pid);
-            server.create_node(&v, node, &name(&payload[..psz]), mode, flags, no_backing).map(|(a, fh, _)| {
+            server.create_node(&v, node, name(&payload[..psz]), mode, flags, no_backing).map(|(a, fh, _)| {
                 entry_out(out, &a, server.ttl);
                 open_out(out, fh, server.fopen_flags().bits());
                 0
@@ -661,13 +682,11 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
         }
         FUSE_MKDIR => {
             let v = server.view_of(uid, gid, pid);
-            server
-                .make_dir(&v, node, &name(&payload[..psz]), u32_at(hdr, OP_IN))
-                .map(|a| entry_out(out, &a, server.ttl))
+            server.make_dir(&v, node, name(&payload[..psz]), u32_at(hdr, OP_IN)).map(|a| entry_out(out, &a, server.ttl))
         }
         FUSE_UNLINK | FUSE_RMDIR => {
             let v = server.view_of(uid, gid, pid);
-            server.remove_name(&v, node, &name(&payload[..psz]), opcode == FUSE_RMDIR).map(|()| 0)
+            server.remove_name(&v, node, name(&payload[..psz]), opcode == FUSE_RMDIR).map(|()| 0)
         }
         FUSE_RENAME | FUSE_RENAME2 => {
             let newdir = INodeNo(u64_at(hdr, OP_IN));
@@ -681,7 +700,7 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
         FUSE_GETXATTR => {
             let size = u32_at(hdr, OP_IN) as usize;
             let v = server.view_of(uid, gid, pid);
-            server.get_xattr(&v, node, &name(&payload[..psz])).and_then(|value| {
+            server.get_xattr(&v, node, name(&payload[..psz])).and_then(|value| {
                 // Size 0 asks the length; a buffer too small is ERANGE.
                 if size == 0 {
                     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
@@ -712,8 +731,7 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
             server
                 .list_plus(&v, node, offset, |next, name, a| {
                     // An entry_out, then the dirent; all or nothing.
-                    let at = out.len();
-                    if at + 128 + dirent_len(name.len()) > size {
+                    if out.len() + 128 + dirent_len(name.len()) > size {
                         return true;
                     }
                     entry_out(out, a, server.ttl);
@@ -747,10 +765,7 @@ fn serve(s: &Shared, q: usize, i: usize, out: &mut Vec<u8>, forward: &mut Vec<u8
         Ok(n) => (0, n),
         Err(e) => (-(i32::from(e)), 0),
     };
-    put_u32(hdr, 0, (16 + n) as u32);
-    put_u32(hdr, 4, error as u32);
-    put_u64(hdr, 8, unique);
-    put_u32(hdr, ENT_IN_OUT + 16, n as u32);
+    answer(hdr, unique, error, n);
     Some(commit)
 }
 
