@@ -936,6 +936,9 @@ pub(crate) struct Super {
     pub root: AtomicPtr<crate::dcache::Dentry>,
     /// Mounts of this superblock; changed under the namespace lock.
     pub mounts: AtomicUsize,
+    /// A bound memfs's mark that something else serves it too (see
+    /// [`Super::dirs_complete`]); None for any other filesystem.
+    shared: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Super {
@@ -952,17 +955,39 @@ impl Super {
             rcu,
             root: AtomicPtr::new(ptr::null_mut()),
             mounts: AtomicUsize::new(0),
+            shared: None,
         }));
         // SAFETY: just allocated, not shared yet.
         let sbr = unsafe { &mut *sb };
         if let Some(m) = sbr.fs.as_memfs() {
-            if !m.bind(sb, &sbr.rcu) {
+            if m.bind(sb, &sbr.rcu) {
+                sbr.shared = Some(m.shared_mark().clone());
+            } else {
                 // Bound elsewhere, or in another RCU domain: copies, as for
-                // any filesystem.
+                // any filesystem. The superblock it is bound to, if any, can
+                // no longer trust that it sees every change.
+                m.shared_mark().store(true, std::sync::atomic::Ordering::SeqCst);
                 sbr.itable = Arc::new(InodeTable::new(list, false));
             }
         }
         sb
+    }
+
+    /// Whether this superblock's filesystem changes only through its
+    /// dcache, so that a directory can be `COMPLETE` there: a memfs bound
+    /// to it (memfs is changed through the VFS that serves it).
+    pub fn dirs_can_be_complete(&self) -> bool {
+        self.dirs_complete()
+    }
+
+    /// Whether a `COMPLETE` directory of this superblock may answer a miss
+    /// now: its memfs is bound here and served nowhere else. A second
+    /// `Vfs` over the same memfs changes it behind this cache's back (its
+    /// creates land in memfs alone), so from the moment one is built, no
+    /// directory here is trusted again. SeqCst, with the store in `new`.
+    #[inline]
+    pub fn dirs_complete(&self) -> bool {
+        self.shared.as_ref().is_some_and(|s| !s.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// `iget` in this superblock's table.

@@ -41,7 +41,7 @@
 //! filesystem, caching the answer, a negative one included.
 
 use crate::cred::{Cred, MAY_EXEC};
-use crate::dcache::{DRef, Dcache, Dentry, Spliced};
+use crate::dcache::{DRef, Dcache, Dentry, RcuFind, Spliced};
 use crate::error::{errno_of, fail, Result, EACCES, EINVAL, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR};
 use crate::fs::{FileType, Ino};
 use crate::mount::{MntRef, Mount};
@@ -278,10 +278,18 @@ impl Dcache {
                 b"." => {}
                 b".." => (mnt, cur, seq) = self.dotdot_rcu(mnt, cur, seq)?,
                 name => {
-                    let Some((child, cseq)) = self.lookup_rcu(guard, cur, name) else {
-                        // Not cached: REF-walk asks the filesystem next.
-                        Self::prefetch_fs_name(guard, ci, name);
-                        return None;
+                    let (child, cseq) = match self.lookup_rcu_or_miss(guard, cur, name) {
+                        RcuFind::Found(d, s) => (d, s),
+                        // Every name the directory has is cached: this one
+                        // does not exist (the flag read after the probe).
+                        RcuFind::Miss if cur.is_complete() && cur.sb().dirs_complete() => {
+                            return validated(cur, seq, ENOENT)
+                        }
+                        _ => {
+                            // Not cached: REF-walk asks the filesystem next.
+                            Self::prefetch_fs_name(guard, ci, name);
+                            return None;
+                        }
                     };
                     if cur.seq.read_retry(seq) {
                         return None;
@@ -609,6 +617,10 @@ impl Dcache {
     ) -> Result<Spliced<'a>> {
         let dir_inode = dir.inode().expect("positive directory");
         let sb = dir.dir_sb();
+        if self.certainly_absent(dir, name) {
+            // Every name the directory has is cached, and this one is not.
+            return Ok(Spliced::Done(self.d_add(dir, name, std::ptr::null())));
+        }
         if let Some(m) = sb.fs.as_memfs() {
             match m.lookup_bound(sb, dir_inode, name, &self.counters) {
                 Some(Some(ip)) => return self.d_splice_alias(dir, name, ip, renaming),

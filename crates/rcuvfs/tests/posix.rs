@@ -507,12 +507,19 @@ fn caches_drop_and_refill_from_the_filesystem() {
     let v = vfs();
     v.create_dir_all("/a/b").unwrap();
     v.write("/a/b/f", b"x").unwrap();
+    // /a was made here and every name in it is cached: a miss in it is
+    // answered by the cache, without a negative dentry.
     let _ = v.metadata("/a/missing");
-    assert!(v.stats().negative_dentries >= 1);
+    assert_eq!(v.stats().negative_dentries, 0);
     v.drop_caches();
     assert_eq!(v.stats().dentries, 1, "only the root stays");
     assert_eq!(v.read("/a/b/f").unwrap(), b"x");
     assert!(v.stats().dentries >= 4);
+    // Refilled from memfs, /a is no longer known to be complete: a miss
+    // asks memfs and is cached.
+    assert_eq!(v.metadata("/a/missing").unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    assert!(v.stats().negative_dentries >= 1);
+    assert!(v.metadata("/a/b").unwrap().is_dir());
 }
 
 #[test]

@@ -471,3 +471,93 @@ fn an_open_racing_a_rename_over_a_large_file_finds_a_file() {
     });
     assert_eq!(missing, 0, "{missing} of {opens} opens of a name that always existed failed with ENOENT");
 }
+
+/// Directories made through the VFS over its own memfs start complete: a
+/// miss in one is answered by the cache alone (ENOENT, no negative
+/// dentry). Here the shrinker (a tiny target, kept busy by misses) and
+/// `drop_caches` drop their names while readers look those names up by
+/// path, by handle and by open; every name exists for the whole run, so a
+/// reader that gets ENOENT got a wrong answer. A directory must stop being
+/// complete before its first name leaves its index; each round makes a
+/// fresh complete directory, so that the drop is raced again and again.
+/// Counts wrong answers in every reference mode; shown failing (hundreds
+/// per run) with the flag's clear taken out of `unhash_locked`.
+#[test]
+fn complete_directories_race_the_shrinker_and_drop_caches() {
+    const FILES: usize = 32;
+    for mode in RefMode::ALL {
+        let v = Vfs::builder().mode(mode).dcache_target(64).negative_dentries(16).build().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let round = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+        let wrong = Arc::new(AtomicU64::new(0));
+        let lookups = Arc::new(AtomicU64::new(0));
+        let readers: Vec<_> = (0..HOLDERS)
+            .map(|t| {
+                let (v, stop, round, wrong, lookups) =
+                    (v.clone(), stop.clone(), round.clone(), wrong.clone(), lookups.clone());
+                thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let r = round.load(Ordering::Acquire);
+                        if r == usize::MAX {
+                            thread::yield_now();
+                            continue;
+                        }
+                        for i in 0..FILES {
+                            let p = format!("/r{r}/f{i}");
+                            let res = match (i + t) % 3 {
+                                0 => v.metadata(&p).map(drop),
+                                1 => v.entry(&p).map(drop),
+                                _ => v.open(&p, OpenOptions::new().read(true)).map(drop),
+                            };
+                            lookups.fetch_add(1, Ordering::Relaxed);
+                            if let Err(e) = res {
+                                eprintln!("{mode:?}: {p}: {e}");
+                                wrong.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        let killer = {
+            let (v, stop) = (v.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if n.is_multiple_of(8) {
+                        v.drop_caches();
+                    }
+                    // Misses and lookups of names the shrinker dropped keep
+                    // it running.
+                    for i in 0..8 {
+                        let _ = v.metadata(format!("/r0/miss{n}-{i}"));
+                    }
+                    n += 1;
+                }
+            })
+        };
+        let t0 = Instant::now();
+        let mut r = 0;
+        while t0.elapsed() < Duration::from_millis(run_ms()) {
+            v.create_dir(format!("/r{r}")).unwrap();
+            for i in 0..FILES {
+                v.write(format!("/r{r}/f{i}"), b"").unwrap();
+            }
+            round.store(r, Ordering::Release);
+            r += 1;
+            thread::sleep(Duration::from_millis(2));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in readers {
+            h.join().unwrap();
+        }
+        killer.join().unwrap();
+        v.check_invariants().unwrap();
+        assert!(lookups.load(Ordering::Relaxed) > 0, "{mode:?}: no lookup ran");
+        assert_eq!(wrong.load(Ordering::Relaxed), 0, "{mode:?}: names that exist were reported missing");
+        // Each directory still lists every file.
+        for d in 0..r {
+            assert_eq!(v.read_dir(format!("/r{d}")).unwrap().count(), FILES);
+        }
+    }
+}

@@ -38,7 +38,8 @@ pub struct BenchArgs {
     /// Modes and peers, comma-separated, or `all` (each workload's own
     /// list): global, dlock, lockref, rcuwalk, norefs (the reference axis),
     /// packed, split (the layout axis), mutex, rwlock, lockless (the page
-    /// cache axis), locked, batch, percpu (inode-exit's list axis), host,
+    /// cache axis), locked, batch, percpu (inode-exit's list axis),
+    /// incomplete (directories never answer a miss by themselves), host,
     /// papaya, dashmap, memoryfs, virtualfs (peers); `+`
     /// combines axes (`rcuwalk+packed`). A name sets its own axis and leaves
     /// the others at their defaults.
@@ -97,6 +98,7 @@ struct Config {
     refs: &'static str,
     layout: &'static str,
     page_cache: &'static str,
+    complete_dirs: bool,
 }
 
 #[derive(Serialize)]
@@ -432,6 +434,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
                         refs: c.refs.name(),
                         layout: c.layout.name(),
                         page_cache: c.cache.name(),
+                        complete_dirs: c.complete,
                     }),
                     false_negatives: fneg,
                     create_seconds: None,

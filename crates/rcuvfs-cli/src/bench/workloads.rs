@@ -193,14 +193,20 @@ pub struct VfsConfig {
     pub refs: RefMode,
     pub layout: Layout,
     pub cache: CacheMode,
+    /// Directories made here answer misses by themselves (the builder's
+    /// `complete_dirs`); the `incomplete` part turns it off.
+    pub complete: bool,
 }
 
 /// The Vfs configuration a mode name stands for: each `+`-separated part
 /// sets its axis; the others keep their defaults.
 pub fn vfs_config(name: &str) -> Option<VfsConfig> {
-    let mut c = VfsConfig { refs: RefMode::default(), layout: Layout::default(), cache: CacheMode::default() };
+    let mut c =
+        VfsConfig { refs: RefMode::default(), layout: Layout::default(), cache: CacheMode::default(), complete: true };
     for part in name.split('+') {
-        if let Some(m) = RefMode::from_name(part) {
+        if part == "incomplete" {
+            c.complete = false;
+        } else if let Some(m) = RefMode::from_name(part) {
             c.refs = m;
         } else if let Some(l) = Layout::from_name(part) {
             c.layout = l;
@@ -220,7 +226,7 @@ pub fn is_known_mode(name: &str) -> bool {
 /// A builder for a Vfs in `mode`, with the dcache target when given.
 fn mode_builder(mode: &str, dcache_target: Option<usize>) -> std::io::Result<rcuvfs::VfsBuilder> {
     let c = vfs_config(mode).ok_or_else(|| std::io::Error::other(format!("unknown mode {mode}")))?;
-    let b = Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache);
+    let b = Vfs::builder().mode(c.refs).layout(c.layout).page_cache(c.cache).complete_dirs(c.complete);
     Ok(match dcache_target {
         Some(t) => b.dcache_target(t),
         None => b,

@@ -133,6 +133,7 @@ impl Name {
 // | 4      | `ON_LRU`     | d_lock and its LRU shard's lock | on an LRU shard's list |
 // | 5      | `MOUNTED`    | the namespace lock            | something is mounted here |
 // | 6      | `NEG_LRU`    | with `ON_LRU`                 | on its shard's negative list (set iff the dentry is negative while `ON_LRU`) |
+// | 7      | `COMPLETE`   | set under d_lock before the inode is published; cleared by anyone, before the index change that calls for it | a directory all of whose names have hashed dentries here: a miss in its index is an answer (ENOENT) |
 // | 8..12  | LRU shard    | with `ON_LRU`                 | which shard's list it is on |
 
 pub const HASHED: u32 = 1;
@@ -150,6 +151,21 @@ pub const MOUNTED: u32 = 32;
 /// positive ones; changes with `ON_LRU`, or where the dentry turns positive
 /// or negative while on a list (`Dcache::lru_flip_locked`).
 pub const NEG_LRU: u32 = 64;
+/// A directory whose every name in its filesystem has a hashed, positive
+/// dentry in its index (Solaris's DNLC "complete directory"; ramfs, whose
+/// pinned dentries are the directory, relies on the same): a miss in its
+/// index is the answer, ENOENT, without asking the filesystem or leaving a
+/// negative dentry. Set only where the cache sees every change of the
+/// directory: a memfs bound to this superblock, for its empty root and for
+/// a directory that a mkdir just made, in `d_instantiate_dir` before the
+/// inode is published. Cleared, by whoever does it and before the index
+/// changes, wherever a positive child leaves the index while its name
+/// stays (the shrinker, `drop_caches`, an invalidation), where the index
+/// closes, and where the dentry turns negative. Never set again on a
+/// dentry once cleared while it stays positive. A reader that misses in
+/// the index (its slot loads are Acquire, the removal a Release) then
+/// loads this flag and sees it cleared if the name it missed was dropped.
+pub const COMPLETE: u32 = 128;
 pub(crate) const LRU_SHARD_SHIFT: u32 = 8;
 pub(crate) const LRU_SHARD_MASK: u32 = 0x3f << LRU_SHARD_SHIFT;
 
@@ -432,6 +448,22 @@ impl Dentry {
     #[inline]
     pub fn is_root(&self) -> bool {
         self.flags.load(Ordering::Relaxed) & ROOT != 0
+    }
+
+    /// Whether a miss in this directory's index is an answer (`COMPLETE`).
+    /// The caller has already probed the index (the flag is read after).
+    #[inline]
+    pub fn is_complete(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & COMPLETE != 0
+    }
+
+    /// Clears `COMPLETE` (a name of this directory is about to leave its
+    /// index, or may have): before that index change, which publishes it.
+    #[inline]
+    pub(super) fn set_incomplete(&self) {
+        if self.flags.load(Ordering::Relaxed) & COMPLETE != 0 {
+            self.flags.fetch_and(!COMPLETE, Ordering::Relaxed);
+        }
     }
 
     #[inline]

@@ -130,6 +130,7 @@ fn cache_over(fs: Arc<dyn FileSystem>) -> Arc<Dcache> {
         inode_list: Default::default(),
         target: 1 << 20,
         negative_target: 1 << 18,
+        complete_dirs: true,
     };
     Arc::new(Dcache::new(fs, o).unwrap())
 }
@@ -597,4 +598,89 @@ fn loom_mark_stale_vs_refresh() {
         let d = dc.lookup_ref(dc.root(), b"x").expect("cached");
         assert_eq!(d.inode().expect("positive").attr().size, 2, "a change was lost to a refresh in flight");
     });
+}
+
+/// A `COMPLETE` directory answers a clean miss in its index by itself
+/// (ENOENT): `x` cached, positive and unused under a complete root, which
+/// a shrinker pass frees while a reader probes for it. The reader either
+/// finds `x`, or meets it unusable (falls back), or misses it cleanly;
+/// after a clean miss the flag it reads next must be clear, since `x`
+/// still exists in the filesystem. Fails if the shrinker's unhash does not
+/// clear the flag before the index removal.
+#[test]
+fn loom_shrinker_vs_miss_in_complete_dir() {
+    model(|| {
+        let dc = cache();
+        add(&dc, b"x", 20);
+        dc.root().flags.fetch_or(super::dentry::COMPLETE, loom::sync::atomic::Ordering::SeqCst);
+        let shrinker = {
+            let dc = dc.clone();
+            thread::spawn(move || {
+                dc.shrink(1, false);
+            })
+        };
+        {
+            loom::thread::yield_now();
+            let g = dc.rcu.read_lock();
+            if let super::RcuFind::Miss = dc.lookup_rcu_or_miss(&g, dc.root(), b"x") {
+                assert!(!dc.root().is_complete(), "a complete directory answered ENOENT for a name it has");
+            }
+        }
+        shrinker.join().unwrap();
+        assert!(!dc.root().is_complete(), "a name was dropped, yet the directory says it has every name");
+        check_cache(&dc);
+    });
+}
+
+/// A rename over a name in a `COMPLETE` directory, and an exchange: the
+/// name renamed over exists throughout, so a reader must never take it for
+/// a clean miss, though both dentries are in write sections and the slot
+/// changes from one to the other. The reader waits (yielding) until the
+/// move has begun its write sections or ended, then probes: loom otherwise
+/// ran it only at the writer's first home lock, before them. Fails if a
+/// probe that met the name's entry mid-change counted as a miss.
+fn rename_vs_miss_in_complete_dir(exchange: bool) {
+    use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    model(move || {
+        let dc = cache();
+        add(&dc, b"a", 21);
+        add(&dc, b"z", 22);
+        dc.root().flags.fetch_or(super::dentry::COMPLETE, SeqCst);
+        let done = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (dc, done) = (dc.clone(), done.clone());
+            thread::spawn(move || {
+                let src = dc.d_lookup(dc.root(), b"a").expect("cached");
+                let dst = dc.d_lookup(dc.root(), b"z").expect("cached");
+                dc.d_move(&src, dc.root(), b"z", &dst, exchange);
+                done.store(true, SeqCst);
+            })
+        };
+        {
+            let z = dc.d_lookup(dc.root(), b"z").expect("cached");
+            while z.seq.raw() & 1 == 0 && !done.load(SeqCst) {
+                loom::thread::yield_now();
+            }
+            let g = dc.rcu.read_lock();
+            let miss = matches!(dc.lookup_rcu_or_miss(&g, dc.root(), b"z"), super::RcuFind::Miss);
+            assert!(!(miss && dc.root().is_complete()), "a name renamed over was answered missing");
+        }
+        writer.join().unwrap();
+        assert!(dc.root().is_complete(), "a rename leaves a directory complete");
+        let z = dc.d_lookup(dc.root(), b"z").expect("renamed entry");
+        assert_eq!(z.inode().map(|i| i.ino), Some(21));
+        if exchange {
+            assert_eq!(dc.d_lookup(dc.root(), b"a").and_then(|a| a.inode().map(|i| i.ino)), Some(22));
+        }
+    });
+}
+
+#[test]
+fn loom_rename_over_vs_miss_in_complete_dir() {
+    rename_vs_miss_in_complete_dir(false);
+}
+
+#[test]
+fn loom_exchange_vs_miss_in_complete_dir() {
+    rename_vs_miss_in_complete_dir(true);
 }

@@ -121,6 +121,7 @@ use std::ptr;
 use std::sync::Arc;
 
 pub(crate) use dentry::{mark_referenced, name_hash, DRef, Dentry, MOUNTED, ROOT};
+pub(crate) use tree::RcuFind;
 
 use crate::fs::FileSystem;
 use crate::inode::{Inode, Super};
@@ -170,6 +171,9 @@ pub(crate) struct Dcache {
     target: std::sync::atomic::AtomicUsize,
     /// Negative dentries the shrinker holds the cache to.
     negative_target: usize,
+    /// Directories of a filesystem that changes only through this cache
+    /// may be `COMPLETE` (the builder's `complete_dirs`).
+    complete_dirs: bool,
 }
 
 // SAFETY: `root` is owned by the cache and lives as long as it; the
@@ -190,6 +194,7 @@ pub(crate) struct DcacheOptions {
     pub inode_list: ListMode,
     pub target: usize,
     pub negative_target: usize,
+    pub complete_dirs: bool,
 }
 
 impl Dcache {
@@ -205,6 +210,7 @@ impl Dcache {
             lrus: lru::Lrus::new(),
             target: std::sync::atomic::AtomicUsize::new(target),
             negative_target: o.negative_target,
+            complete_dirs: o.complete_dirs,
             root: ptr::null(),
             supers: Mutex::new(Vec::new()),
             inode_list: o.inode_list,
@@ -244,7 +250,14 @@ impl Dcache {
                 return Err(e);
             }
         };
-        let root = Dentry::new(ROOT | self.layout, ptr::null(), 0, &[], inode, sb, self.lockref_ctor());
+        // An empty root of a filesystem that changes only through us is
+        // complete from the start (see `COMPLETE`).
+        let g = self.rcu.read_lock();
+        // SAFETY: the inode reference just taken keeps it live.
+        let empty = self.dirs_can_be_complete(sbr) && unsafe { (*inode).entries.is_empty(&g) };
+        drop(g);
+        let flags = ROOT | self.layout | if empty { dentry::COMPLETE } else { 0 };
+        let root = Dentry::new(flags, ptr::null(), 0, &[], inode, sb, self.lockref_ctor());
         // SAFETY: just allocated, not yet shared.
         unsafe { (*root).parent.store(root, Ordering::Relaxed) };
         sbr.root.store(root, std::sync::atomic::Ordering::Relaxed);
@@ -253,6 +266,12 @@ impl Dcache {
         self.counters.add_dentry(1, false);
         self.supers.lock().push(sb);
         Ok(sb)
+    }
+
+    /// Whether directories of `sb` may be `COMPLETE`: asked for, and its
+    /// filesystem changes only through this cache.
+    pub fn dirs_can_be_complete(&self, sb: &Super) -> bool {
+        self.complete_dirs && sb.dirs_can_be_complete()
     }
 
     fn lockref_ctor(&self) -> fn() -> Lockref {

@@ -2,13 +2,23 @@
 
 use std::ptr;
 
-use super::dentry::{name_hash, same_name, DRef, Dentry, Name, HASHED};
+use super::dentry::{name_hash, same_name, DRef, Dentry, Name, COMPLETE, HASHED};
 use super::names::NameLocks;
 use super::{Dcache, Spliced};
 use crate::inode::Inode;
 use crate::sync::atomic::{cell_get, cell_set, Ordering};
 use crate::sync::index::{Index, InsertError, Probe};
 use crate::sync::{LockrefGuard, MutexGuard, RcuGuard};
+
+/// What an RCU probe of a directory's index for one name found.
+pub(crate) enum RcuFind<'g> {
+    /// The name's dentry, with the sequence count to validate.
+    Found(&'g Dentry, u32),
+    /// An entry under the name's tag that the probe could not use.
+    Busy,
+    /// No entry under the name's tag at all.
+    Miss,
+}
 
 impl Dcache {
     /// Finds a hashed dentry for `name` under `parent` (`__d_lookup_rcu`).
@@ -28,37 +38,83 @@ impl Dcache {
         parent: &'g Dentry,
         name: &[u8],
     ) -> Option<(&'g Dentry, u32)> {
+        match self.lookup_rcu_or_miss(guard, parent, name) {
+            RcuFind::Found(d, seq) => Some((d, seq)),
+            RcuFind::Busy | RcuFind::Miss => None,
+        }
+    }
+
+    /// [`lookup_rcu`](Self::lookup_rcu), telling a clean miss from a probe
+    /// that met an entry under the name's tag and could not use it (in a
+    /// write section, unhashed, moved, or another name with the same tag).
+    /// A clean miss means that, at each slot's load, no entry of this name
+    /// was there: if one had been dropped, the load read its removal (or a
+    /// later write of that slot, all RMWs after it), Acquire against its
+    /// Release, so what the dropper did before (clearing `COMPLETE`) is
+    /// visible to the caller's next load. With an unusable candidate there
+    /// is no such guarantee (its flags and name are read Relaxed), so only
+    /// a clean miss in a `COMPLETE` directory is an answer.
+    pub(crate) fn lookup_rcu_or_miss<'g>(
+        &'g self,
+        guard: &RcuGuard<'_>,
+        parent: &'g Dentry,
+        name: &[u8],
+    ) -> RcuFind<'g> {
+        let mut met = false;
         let hash = name_hash(parent, name);
-        parent
-            .children
-            .find(guard, hash, |d| {
-                // Acquire (in `raw`): pairs with the writer's Release of the
-                // count, so the fields read below are at least that new.
-                let seq = d.seq.raw();
-                if seq & 1 != 0 {
-                    return Probe::Stop(None);
-                }
-                // A dentry reached through a slot loaded before it left the
-                // index: if the count we read is the one its unhash
-                // published (`seq.invalidate`, Release), the cleared flag is
-                // visible too; skip it. Otherwise the caller's final check
-                // fails instead.
-                if d.flags.load(Ordering::Relaxed) & HASHED == 0 {
-                    return Probe::Skip;
-                }
-                if !ptr::eq(d.parent.load(Ordering::Relaxed), parent) {
-                    return Probe::Skip;
-                }
-                let n = d.name();
-                if n.hash != hash || !same_name(&n.bytes, name) {
-                    return Probe::Skip;
-                }
-                // SAFETY: the walk's contract: the caller stays in its read
-                // section while it uses what it found (entries are freed only
-                // a grace period after they leave the index).
-                Probe::Stop(Some((unsafe { &*(d as *const Dentry) }, seq)))
-            })
-            .flatten()
+        let r = parent.children.find(guard, hash, |d| {
+            met = true;
+            Self::probe_rcu(d, parent, hash, name)
+        });
+        match r {
+            Some(Some((d, seq))) => RcuFind::Found(d, seq),
+            Some(None) => RcuFind::Busy,
+            None if met => RcuFind::Busy,
+            None => RcuFind::Miss,
+        }
+    }
+
+    #[inline(always)]
+    fn probe_rcu<'g>(d: &Dentry, parent: &'g Dentry, hash: u64, name: &[u8]) -> Probe<Option<(&'g Dentry, u32)>> {
+        // Acquire (in `raw`): pairs with the writer's Release of the
+        // count, so the fields read below are at least that new.
+        let seq = d.seq.raw();
+        if seq & 1 != 0 {
+            return Probe::Stop(None);
+        }
+        // A dentry reached through a slot loaded before it left the
+        // index: if the count we read is the one its unhash
+        // published (`seq.invalidate`, Release), the cleared flag is
+        // visible too; skip it. Otherwise the caller's final check
+        // fails instead.
+        if d.flags.load(Ordering::Relaxed) & HASHED == 0 {
+            return Probe::Skip;
+        }
+        if !ptr::eq(d.parent.load(Ordering::Relaxed), parent) {
+            return Probe::Skip;
+        }
+        let n = d.name();
+        if n.hash != hash || !same_name(&n.bytes, name) {
+            return Probe::Skip;
+        }
+        // SAFETY: the walk's contract: the caller stays in its read
+        // section while it uses what it found (entries are freed only
+        // a grace period after they leave the index).
+        Probe::Stop(Some((unsafe { &*(d as *const Dentry) }, seq)))
+    }
+
+    /// Whether `name` is certainly not in `dir`: `dir` is `COMPLETE` and a
+    /// probe of its index met no entry under the name's tag (see
+    /// [`lookup_rcu_or_miss`](Self::lookup_rcu_or_miss)). For a caller that
+    /// holds the name's lock, so that no create of it runs meanwhile.
+    pub(crate) fn certainly_absent(&self, dir: &Dentry, name: &[u8]) -> bool {
+        if !dir.is_complete() || !dir.sb().dirs_complete() {
+            return false;
+        }
+        let g = self.rcu.read_lock();
+        // The flag again after the probe: that is the load its guarantee is
+        // about.
+        matches!(self.lookup_rcu_or_miss(&g, dir, name), RcuFind::Miss) && dir.is_complete()
     }
 
     /// Finds and references a hashed dentry for `name` under `parent`
@@ -304,10 +360,30 @@ impl Dcache {
     /// the name's name lock and a reference on `inode`, which passes to the
     /// dentry.
     pub fn d_instantiate(&self, d: &Dentry, inode: *const Inode) {
+        self.d_instantiate_as(d, inode, false);
+    }
+
+    /// As [`d_instantiate`](Self::d_instantiate), for a directory the
+    /// filesystem just made, empty: with `complete` (the filesystem changes
+    /// only through this cache: a bound memfs), a miss under it is an
+    /// answer from the start (`COMPLETE`).
+    pub fn d_instantiate_dir(&self, d: &Dentry, inode: *const Inode, complete: bool) {
+        self.d_instantiate_as(d, inode, complete);
+    }
+
+    fn d_instantiate_as(&self, d: &Dentry, inode: *const Inode, complete: bool) {
         let g = d.lockref().lock();
         debug_assert!(d.inode.load(Ordering::Relaxed).is_null());
         self.lru_flip_locked(d, &g, || {
             d.seq.write_begin();
+            // Before the inode is published: a walk that sees the directory
+            // sees the flag, and no child exists yet (a negative dentry has
+            // none) that could have been dropped before it was set.
+            if complete {
+                d.flags.fetch_or(COMPLETE, Ordering::Relaxed);
+            } else {
+                d.set_incomplete();
+            }
             // Release: publishes the inode's fields (see `Dentry::inode`).
             d.inode.store(inode as *mut Inode, Ordering::Release);
             d.seq.write_end();
@@ -327,6 +403,7 @@ impl Dcache {
         if g.count() == 1 && !d.is_root() {
             let inode = self.lru_flip_locked(d, &g, || {
                 d.seq.write_begin();
+                d.set_incomplete();
                 let inode = d.inode.swap(ptr::null_mut(), Ordering::Relaxed);
                 d.seq.write_end();
                 inode
@@ -340,7 +417,8 @@ impl Dcache {
             }
         } else {
             drop(g);
-            self.unhash_tree(d);
+            // The name is gone: its parent may stay complete.
+            self.unhash_tree(d, true);
         }
     }
 
@@ -348,11 +426,17 @@ impl Dcache {
     /// index, inside a write section of its sequence count, so that no
     /// reader sees it both hashed and gone from the index, and every
     /// reader's validation fails from here.
-    pub(super) fn unhash_locked(&self, d: &Dentry, _g: &LockrefGuard<'_>) {
+    /// A positive dentry leaving the index makes its parent incomplete
+    /// unless `gone` (its name left the filesystem: an unlink, a rename).
+    pub(super) fn unhash_locked(&self, d: &Dentry, _g: &LockrefGuard<'_>, gone: bool) {
         if d.flags.load(Ordering::Relaxed) & HASHED == 0 {
             return;
         }
         let hash = d.name().hash;
+        if !gone && !d.inode.load(Ordering::Relaxed).is_null() {
+            // Before the removal, whose Release store publishes it.
+            d.parent().set_incomplete();
+        }
         let index = &d.parent().children;
         d.seq.write_begin();
         let removed = index.lock(hash, &self.rcu).remove(d, hash);
@@ -366,7 +450,7 @@ impl Dcache {
     /// Unhashes `d` and everything under it (`d_invalidate`: a name a
     /// backend reports changed); see [`unhash_tree`](Self::unhash_tree).
     pub fn d_invalidate(&self, d: &Dentry) {
-        self.unhash_tree(d);
+        self.unhash_tree(d, false);
     }
 
     /// Takes `top` and its whole subtree out of the tree: each dentry is
@@ -374,8 +458,9 @@ impl Dcache {
     /// down; then the unused ones die, bottom up, and the ones in use die at
     /// their last put. This keeps the invariant that an unhashed dentry has
     /// no hashed child, which is what lets every hashed dentry be found from
-    /// its root (teardown, `kill_super`, `drop_caches`).
-    pub fn unhash_tree(&self, top: &Dentry) {
+    /// its root (teardown, `kill_super`, `drop_caches`). `gone`: `top`'s
+    /// name left its filesystem (its parent may stay complete).
+    pub fn unhash_tree(&self, top: &Dentry, gone: bool) {
         let g = self.rcu.read_lock();
         let mut stack = vec![top];
         let mut all: Vec<&Dentry> = Vec::new();
@@ -385,8 +470,10 @@ impl Dcache {
                 if l.count() < 0 {
                     continue; // dead: out of the tree already
                 }
-                self.unhash_locked(x, &l);
+                self.unhash_locked(x, &l, gone && ptr::eq(x, top));
             }
+            // Nothing is cached under it from now on: no miss is an answer.
+            x.set_incomplete();
             // Closed before it is read: no child is added behind us.
             x.children.close(&self.rcu);
             x.children.for_each(&g, |c| stack.push(c));
@@ -415,7 +502,7 @@ impl Dcache {
     /// goes through here, so that "dead" always means "out of the index and
     /// off the LRU".
     pub(super) fn unhash_and_mark_dead(&self, d: &Dentry, mut g: LockrefGuard<'_>) {
-        self.unhash_locked(d, &g);
+        self.unhash_locked(d, &g, false);
         d.seq.invalidate();
         self.lru_del_locked(d, &g);
         g.mark_dead();
@@ -529,6 +616,18 @@ impl Dcache {
             // nothing: `d` then leaves the tree too, and dies at its last
             // put (`d_add`'s rule).
             let mut closed = false;
+            if over.is_none() {
+                // A directory's alias moved into place (`d_splice_alias`):
+                // the filesystem moved it behind the cache's back, which a
+                // complete directory does not allow; stop trusting both.
+                old_parent.set_incomplete();
+                parent.set_incomplete();
+            }
+            if exchange && !was_hashed {
+                // `over` leaves the new name's slot but cannot take `d`'s old
+                // place (`d` was in no index): that name is not cached.
+                old_parent.set_incomplete();
+            }
             if !over_hashed {
                 match l_new.insert(d, new_hash) {
                     Ok(()) => {}
@@ -538,7 +637,12 @@ impl Dcache {
                         parent.children.grow(&self.rcu);
                         continue;
                     }
-                    Err(InsertError::Closed) => closed = true,
+                    Err(InsertError::Closed) => {
+                        // The new name is not cached (the directory left the
+                        // tree; its close made it incomplete already).
+                        parent.set_incomplete();
+                        closed = true;
+                    }
                 }
             }
             d.seq.write_begin();
@@ -622,7 +726,7 @@ impl Dcache {
         if let Some(o) = over.filter(|_| !exchange) {
             // The name renamed over left the tree (an empty directory may
             // still cache misses under it): its subtree goes too.
-            self.unhash_tree(o);
+            self.unhash_tree(o, true);
         }
     }
 }

@@ -313,6 +313,9 @@ pub struct MemFs {
     rcu: OnceLock<Arc<Rcu>>,
     /// The superblock it is bound to, or null.
     bound: std::sync::atomic::AtomicPtr<Super>,
+    /// Set once a superblock other than the bound one serves this memfs
+    /// (`Super::dirs_complete`).
+    shared: Arc<std::sync::atomic::AtomicBool>,
     table: Arc<InodeTable>,
     root: *const Inode,
     /// Per shard: the next inode number of its chunk (0: take a chunk),
@@ -375,6 +378,7 @@ impl MemFs {
             opts,
             rcu: OnceLock::new(),
             bound: std::sync::atomic::AtomicPtr::new(ptr::null_mut()),
+            shared: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             table,
             root,
             next_ino: (0..THREAD_SHARDS).map(|_| Padded(Default::default())).collect(),
@@ -427,6 +431,12 @@ impl MemFs {
         let g = rcu.read_lock();
         self.table.for_each(&g, |i| i.set_owner(sb));
         true
+    }
+
+    /// The mark that a superblock other than the bound one serves this
+    /// memfs (`Super::dirs_complete`).
+    pub(crate) fn shared_mark(&self) -> &Arc<std::sync::atomic::AtomicBool> {
+        &self.shared
     }
 
     /// Undoes [`bind`](Self::bind) (the superblock's teardown; the table

@@ -26,6 +26,7 @@ pub struct VfsBuilder {
     buckets: usize,
     dcache_target: usize,
     negative_dentries: Option<usize>,
+    complete_dirs: bool,
     observer: Option<Arc<dyn Notify>>,
 }
 
@@ -107,6 +108,20 @@ impl VfsBuilder {
         self
     }
 
+    /// Whether a directory whose every name is cached answers a miss by
+    /// itself (on by default): a memfs bound to this Vfs changes only
+    /// through it, so the empty root and each directory a mkdir makes
+    /// start complete, and a lookup of a name they lack is ENOENT without
+    /// a call to memfs and without a negative dentry; the directory stops
+    /// being complete once the shrinker, `drop_caches` or an invalidation
+    /// drops one of its names. Off: every miss asks the filesystem and
+    /// leaves a negative dentry, as before (the lab's comparison). No
+    /// effect on other filesystems.
+    pub fn complete_dirs(mut self, on: bool) -> Self {
+        self.complete_dirs = on;
+        self
+    }
+
     /// Accepted and ignored: there is no global dentry hash any more (each
     /// directory's children are in an index that grows and shrinks with
     /// them). Kept so that callers from before still build.
@@ -134,6 +149,7 @@ impl VfsBuilder {
                 inode_list: self.inode_list,
                 target: dcache_target,
                 negative_target: self.negative_dentries.unwrap_or(dcache_target / 4),
+                complete_dirs: self.complete_dirs,
             },
         )?;
         let state = VfsState {
@@ -166,6 +182,7 @@ impl Vfs {
             buckets: 1 << 16,
             dcache_target: 1 << 20,
             negative_dentries: None,
+            complete_dirs: true,
             observer: None,
         }
     }

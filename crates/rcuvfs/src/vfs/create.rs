@@ -84,7 +84,14 @@ impl Vfs {
         let sb = dir_inode.sb();
         if let Some(m) = sb.fs.as_memfs() {
             if let Some(r) = m.create_bound(sb, dir_inode, name, &node, perm, owner, &self.dc().counters) {
-                self.instantiate_inode(dir, d, r?);
+                let ip = r?;
+                if node.kind() == FileType::Dir {
+                    // Empty, and changed only through us: complete.
+                    self.dc().d_instantiate_dir(d, ip, self.dc().dirs_can_be_complete(sb));
+                    dir_inode.mark_stale();
+                } else {
+                    self.instantiate_inode(dir, d, ip);
+                }
                 return Ok(());
             }
         }
