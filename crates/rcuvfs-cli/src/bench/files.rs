@@ -9,10 +9,13 @@
 //! `host` peer (the same syscalls on the host's tmpfs) the growth of the
 //! kernel's slab, where the kernel keeps its dentries and inodes. Between
 //! the stats and the unlinks it also stats names that were never created
-//! (up to [`MISSES_MAX`], one per file): ns per miss. What the negative
-//! dentries they leave cost is measured in a process of its own
-//! (`cargo run --release --example negative`): here the RSS would not
-//! grow while the allocator reuses what the creates' settling freed.
+//! (up to [`MISSES_MAX`], one per file): ns per miss. The directories are
+//! made through the Vfs, so over memfs they are complete and a miss leaves
+//! nothing (mode part `+incomplete`: a negative dentry each, as any
+//! filesystem that can change behind the cache). What the negative
+//! dentries cost is measured in a process of its own (`cargo run --release
+//! --example negative`): here the RSS would not grow while the allocator
+//! reuses what the creates' settling freed.
 
 use std::path::Path;
 use std::time::Instant;

@@ -684,3 +684,30 @@ fn loom_rename_over_vs_miss_in_complete_dir() {
 fn loom_exchange_vs_miss_in_complete_dir() {
     rename_vs_miss_in_complete_dir(true);
 }
+
+/// An exchange whose source is hashed and whose destination was unhashed
+/// (invalidated while held): the source's old name now names the
+/// destination's file but has no dentry, so its directory must stop being
+/// complete. Sequential (the review of the change found the case: the
+/// clear covered only an unhashed source); fails without it.
+#[test]
+fn loom_exchange_with_an_unhashed_destination_leaves_no_complete_dir() {
+    model(|| {
+        let dc = cache();
+        // /p, a directory (ino 2), and /p/z (file 22); /a (file 21).
+        let pip = dc.root_sb().iget(&attr(2), false, &dc.counters).unwrap();
+        let p = dc.d_add(dc.root(), b"p", pip);
+        let zip = dc.root_sb().iget(&attr(22), false, &dc.counters).unwrap();
+        drop(dc.d_add(&p, b"z", zip));
+        add(&dc, b"a", 21);
+        dc.root().flags.fetch_or(super::dentry::COMPLETE, loom::sync::atomic::Ordering::SeqCst);
+        let src = dc.d_lookup(dc.root(), b"a").expect("cached");
+        let dst = dc.d_lookup(&p, b"z").expect("cached");
+        dc.d_invalidate(&dst);
+        assert!(dc.root().is_complete(), "the invalidation was in /p");
+        dc.d_move(&src, &p, b"z", &dst, true);
+        let g = dc.rcu.read_lock();
+        let miss = matches!(dc.lookup_rcu_or_miss(&g, dc.root(), b"a"), super::RcuFind::Miss);
+        assert!(!(miss && dc.root().is_complete()), "/a exists (file 22) but a complete / answers a clean miss");
+    });
+}

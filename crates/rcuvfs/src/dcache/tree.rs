@@ -623,9 +623,11 @@ impl Dcache {
                 old_parent.set_incomplete();
                 parent.set_incomplete();
             }
-            if exchange && !was_hashed {
-                // `over` leaves the new name's slot but cannot take `d`'s old
-                // place (`d` was in no index): that name is not cached.
+            if exchange && !(was_hashed && over_hashed) {
+                // `over` takes `d`'s old name but no slot: `d` was in no
+                // index, or `over` was in none (invalidated while held), so
+                // nothing is put back where `d` leaves. That name is not
+                // cached.
                 old_parent.set_incomplete();
             }
             if !over_hashed {

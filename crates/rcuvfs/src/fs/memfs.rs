@@ -13,6 +13,14 @@
 //! the VFS the moment memfs makes it. Served any other way (a second `Vfs`,
 //! a wrapper), memfs is an ordinary filesystem and the VFS keeps copies.
 //!
+//! A bound memfs changes through its `Vfs`, which is what lets that `Vfs`
+//! know a directory complete (`VfsBuilder::complete_dirs`) and answer a
+//! miss there without asking: a name added by calling this memfs's
+//! `FileSystem` methods directly is not seen in such a directory (as one
+//! cached negative would hide it in any). A second `Vfs` over the same
+//! memfs turns completeness off in the first for good, since its changes
+//! reach memfs alone.
+//!
 //! Its inodes live while they have a link, a lookup memfs handed out and
 //! was not paid back (FUSE's protocol, counted in the inode), or a VFS
 //! reference; whoever drops the last of the three frees the inode
