@@ -41,7 +41,7 @@
 //! filesystem, caching the answer, a negative one included.
 
 use crate::cred::{Cred, MAY_EXEC};
-use crate::dcache::{DRef, Dcache, Dentry, RcuFind, Spliced};
+use crate::dcache::{DRef, Dcache, Dentry, Spliced};
 use crate::error::{errno_of, fail, Result, EACCES, EINVAL, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR};
 use crate::fs::{FileType, Ino};
 use crate::mount::{MntRef, Mount};
@@ -278,18 +278,21 @@ impl Dcache {
                 b"." => {}
                 b".." => (mnt, cur, seq) = self.dotdot_rcu(mnt, cur, seq)?,
                 name => {
-                    let (child, cseq) = match self.lookup_rcu_or_miss(guard, cur, name) {
-                        RcuFind::Found(d, s) => (d, s),
-                        // Every name the directory has is cached: this one
-                        // does not exist (the flag read after the probe).
-                        RcuFind::Miss if cur.is_complete() && cur.sb().dirs_complete() => {
-                            return validated(cur, seq, ENOENT)
+                    let Some((child, cseq)) = self.lookup_rcu(guard, cur, name) else {
+                        // Every name the directory has is cached: a clean
+                        // miss is the answer (probed again to tell it from a
+                        // candidate in the middle of a change: misses alone
+                        // pay for that, not the walk of a cached path).
+                        if cur.is_complete()
+                            && cur.sb().dirs_complete()
+                            && self.misses_cleanly(guard, cur, name)
+                            && cur.is_complete()
+                        {
+                            return validated(cur, seq, ENOENT);
                         }
-                        _ => {
-                            // Not cached: REF-walk asks the filesystem next.
-                            Self::prefetch_fs_name(guard, ci, name);
-                            return None;
-                        }
+                        // Not cached: REF-walk asks the filesystem next.
+                        Self::prefetch_fs_name(guard, ci, name);
+                        return None;
                     };
                     if cur.seq.read_retry(seq) {
                         return None;

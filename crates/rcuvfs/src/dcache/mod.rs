@@ -121,7 +121,6 @@ use std::ptr;
 use std::sync::Arc;
 
 pub(crate) use dentry::{mark_referenced, name_hash, DRef, Dentry, MOUNTED, ROOT};
-pub(crate) use tree::RcuFind;
 
 use crate::fs::FileSystem;
 use crate::inode::{Inode, Super};

@@ -10,16 +10,6 @@ use crate::sync::atomic::{cell_get, cell_set, Ordering};
 use crate::sync::index::{Index, InsertError, Probe};
 use crate::sync::{LockrefGuard, MutexGuard, RcuGuard};
 
-/// What an RCU probe of a directory's index for one name found.
-pub(crate) enum RcuFind<'g> {
-    /// The name's dentry, with the sequence count to validate.
-    Found(&'g Dentry, u32),
-    /// An entry under the name's tag that the probe could not use.
-    Busy,
-    /// No entry under the name's tag at all.
-    Miss,
-}
-
 impl Dcache {
     /// Finds a hashed dentry for `name` under `parent` (`__d_lookup_rcu`).
     /// Returns it with the sequence count read before its name was
@@ -38,40 +28,24 @@ impl Dcache {
         parent: &'g Dentry,
         name: &[u8],
     ) -> Option<(&'g Dentry, u32)> {
-        match self.lookup_rcu_or_miss(guard, parent, name) {
-            RcuFind::Found(d, seq) => Some((d, seq)),
-            RcuFind::Busy | RcuFind::Miss => None,
-        }
+        let hash = name_hash(parent, name);
+        parent.children.find(guard, hash, |d| Self::probe_rcu(d, parent, hash, name)).flatten()
     }
 
-    /// [`lookup_rcu`](Self::lookup_rcu), telling a clean miss from a probe
-    /// that met an entry under the name's tag and could not use it (in a
-    /// write section, unhashed, moved, or another name with the same tag).
-    /// A clean miss means that, at each slot's load, no entry of this name
+    /// Whether a probe for `name` misses cleanly: it meets no entry under
+    /// the name's tag at all (not even one it could not use: in a write
+    /// section, unhashed, moved, or another name with the same tag). A
+    /// clean miss means that, at each slot's load, no entry of this name
     /// was there: if one had been dropped, the load read its removal (or a
     /// later write of that slot, all RMWs after it), Acquire against its
     /// Release, so what the dropper did before (clearing `COMPLETE`) is
     /// visible to the caller's next load. With an unusable candidate there
     /// is no such guarantee (its flags and name are read Relaxed), so only
     /// a clean miss in a `COMPLETE` directory is an answer.
-    pub(crate) fn lookup_rcu_or_miss<'g>(
-        &'g self,
-        guard: &RcuGuard<'_>,
-        parent: &'g Dentry,
-        name: &[u8],
-    ) -> RcuFind<'g> {
-        let mut met = false;
+    pub(crate) fn misses_cleanly(&self, guard: &RcuGuard<'_>, parent: &Dentry, name: &[u8]) -> bool {
         let hash = name_hash(parent, name);
-        let r = parent.children.find(guard, hash, |d| {
-            met = true;
-            Self::probe_rcu(d, parent, hash, name)
-        });
-        match r {
-            Some(Some((d, seq))) => RcuFind::Found(d, seq),
-            Some(None) => RcuFind::Busy,
-            None if met => RcuFind::Busy,
-            None => RcuFind::Miss,
-        }
+        // Any entry under the tag stops the probe: no clean miss.
+        parent.children.find(guard, hash, |_| Probe::Stop(())).is_none()
     }
 
     #[inline(always)]
@@ -105,7 +79,7 @@ impl Dcache {
 
     /// Whether `name` is certainly not in `dir`: `dir` is `COMPLETE` and a
     /// probe of its index met no entry under the name's tag (see
-    /// [`lookup_rcu_or_miss`](Self::lookup_rcu_or_miss)). For a caller that
+    /// [`misses_cleanly`](Self::misses_cleanly)). For a caller that
     /// holds the name's lock, so that no create of it runs meanwhile.
     pub(crate) fn certainly_absent(&self, dir: &Dentry, name: &[u8]) -> bool {
         if !dir.is_complete() || !dir.sb().dirs_complete() {
@@ -114,7 +88,7 @@ impl Dcache {
         let g = self.rcu.read_lock();
         // The flag again after the probe: that is the load its guarantee is
         // about.
-        matches!(self.lookup_rcu_or_miss(&g, dir, name), RcuFind::Miss) && dir.is_complete()
+        self.misses_cleanly(&g, dir, name) && dir.is_complete()
     }
 
     /// Finds and references a hashed dentry for `name` under `parent`
