@@ -973,13 +973,6 @@ impl Super {
         sb
     }
 
-    /// Whether this superblock's filesystem changes only through its
-    /// dcache, so that a directory can be `COMPLETE` there: a memfs bound
-    /// to it (memfs is changed through the VFS that serves it).
-    pub fn dirs_can_be_complete(&self) -> bool {
-        self.dirs_complete()
-    }
-
     /// Whether a `COMPLETE` directory of this superblock may answer a miss
     /// now: its memfs is bound here and served nowhere else. A second
     /// `Vfs` over the same memfs changes it behind this cache's back (its

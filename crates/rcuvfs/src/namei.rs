@@ -281,13 +281,8 @@ impl Dcache {
                     let Some((child, cseq)) = self.lookup_rcu(guard, cur, name) else {
                         // Every name the directory has is cached: a clean
                         // miss is the answer (probed again to tell it from a
-                        // candidate in the middle of a change: misses alone
-                        // pay for that, not the walk of a cached path).
-                        if cur.is_complete()
-                            && cur.sb().dirs_complete()
-                            && self.misses_cleanly(guard, cur, name)
-                            && cur.is_complete()
-                        {
+                        // candidate in the middle of a change).
+                        if self.certainly_absent(guard, cur, name) {
                             return validated(cur, seq, ENOENT);
                         }
                         // Not cached: REF-walk asks the filesystem next.
@@ -620,7 +615,7 @@ impl Dcache {
     ) -> Result<Spliced<'a>> {
         let dir_inode = dir.inode().expect("positive directory");
         let sb = dir.dir_sb();
-        if self.certainly_absent(dir, name) {
+        if self.certainly_absent(&self.rcu.read_lock(), dir, name) {
             // Every name the directory has is cached, and this one is not.
             return Ok(Spliced::Done(self.d_add(dir, name, std::ptr::null())));
         }

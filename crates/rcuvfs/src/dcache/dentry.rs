@@ -157,7 +157,7 @@ pub const NEG_LRU: u32 = 64;
 /// index is the answer, ENOENT, without asking the filesystem or leaving a
 /// negative dentry. Set only where the cache sees every change of the
 /// directory: a memfs bound to this superblock, for its empty root and for
-/// a directory that a mkdir just made, in `d_instantiate_dir` before the
+/// a directory that a mkdir just made, in `d_instantiate` before the
 /// inode is published. Cleared, by whoever does it and before the index
 /// changes, wherever a positive child leaves the index while its name
 /// stays (the shrinker, `drop_caches`, an invalidation), where the index

@@ -495,7 +495,7 @@ fn loom_create_over_negative_vs_shrinker() {
             // nothing to flip.
             if let Some(d) = dc.d_lookup(dc.root(), b"n") {
                 let ip = dc.root_sb().iget(&attr(22), false, &dc.counters).unwrap();
-                dc.d_instantiate(&d, ip);
+                dc.d_instantiate(&d, ip, false);
             }
         },
         false,

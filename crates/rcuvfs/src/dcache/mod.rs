@@ -270,7 +270,7 @@ impl Dcache {
     /// Whether directories of `sb` may be `COMPLETE`: asked for, and its
     /// filesystem changes only through this cache.
     pub fn dirs_can_be_complete(&self, sb: &Super) -> bool {
-        self.complete_dirs && sb.dirs_can_be_complete()
+        self.complete_dirs && sb.dirs_complete()
     }
 
     fn lockref_ctor(&self) -> fn() -> Lockref {

@@ -77,18 +77,17 @@ impl Dcache {
         Probe::Stop(Some((unsafe { &*(d as *const Dentry) }, seq)))
     }
 
-    /// Whether `name` is certainly not in `dir`: `dir` is `COMPLETE` and a
-    /// probe of its index met no entry under the name's tag (see
-    /// [`misses_cleanly`](Self::misses_cleanly)). For a caller that
-    /// holds the name's lock, so that no create of it runs meanwhile.
-    pub(crate) fn certainly_absent(&self, dir: &Dentry, name: &[u8]) -> bool {
-        if !dir.is_complete() || !dir.sb().dirs_complete() {
-            return false;
-        }
-        let g = self.rcu.read_lock();
+    /// Whether `name` is certainly not in `dir`: `dir` is `COMPLETE` (and
+    /// its superblock still trusts that) and a probe of its index met no
+    /// entry under the name's tag (see
+    /// [`misses_cleanly`](Self::misses_cleanly)). The RCU walk asks after a
+    /// miss (so the walk of a cached path pays nothing); `lookup_fs` asks
+    /// holding the name's lock, so that no create of it runs meanwhile.
+    #[inline]
+    pub(crate) fn certainly_absent(&self, guard: &RcuGuard<'_>, dir: &Dentry, name: &[u8]) -> bool {
         // The flag again after the probe: that is the load its guarantee is
         // about.
-        self.misses_cleanly(&g, dir, name) && dir.is_complete()
+        dir.is_complete() && dir.sb().dirs_complete() && self.misses_cleanly(guard, dir, name) && dir.is_complete()
     }
 
     /// Finds and references a hashed dentry for `name` under `parent`
@@ -333,19 +332,11 @@ impl Dcache {
     /// Turns a negative dentry positive (`d_instantiate`). The caller holds
     /// the name's name lock and a reference on `inode`, which passes to the
     /// dentry.
-    pub fn d_instantiate(&self, d: &Dentry, inode: *const Inode) {
-        self.d_instantiate_as(d, inode, false);
-    }
-
-    /// As [`d_instantiate`](Self::d_instantiate), for a directory the
-    /// filesystem just made, empty: with `complete` (the filesystem changes
-    /// only through this cache: a bound memfs), a miss under it is an
-    /// answer from the start (`COMPLETE`).
-    pub fn d_instantiate_dir(&self, d: &Dentry, inode: *const Inode, complete: bool) {
-        self.d_instantiate_as(d, inode, complete);
-    }
-
-    fn d_instantiate_as(&self, d: &Dentry, inode: *const Inode, complete: bool) {
+    ///
+    /// `complete`: a directory the filesystem just made, empty, in a
+    /// filesystem that changes only through this cache (a bound memfs): a
+    /// miss under it is an answer from the start (`COMPLETE`).
+    pub fn d_instantiate(&self, d: &Dentry, inode: *const Inode, complete: bool) {
         let g = d.lockref().lock();
         debug_assert!(d.inode.load(Ordering::Relaxed).is_null());
         self.lru_flip_locked(d, &g, || {

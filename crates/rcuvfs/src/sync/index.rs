@@ -1169,6 +1169,8 @@ fn copy<T: Indexed>(old: Table, bits: u32) -> Option<Table> {
             // full miss (an owned inode table of a million entries: a
             // tenth of a create's time went to its resizes' reads).
             if let Some(a) = slots.get(k + COPY_AHEAD) {
+                // Relaxed: a hint (the slot is frozen; its value is read
+                // again, as the copy's own, when its turn comes).
                 let a = a.load(Ordering::Relaxed) & PTR;
                 if is_entry(a) {
                     super::atomic::prefetch(a as *const u8);

@@ -52,14 +52,17 @@ impl Vfs {
     /// dentry `d`, and marks the directory's cached attributes stale.
     pub(super) fn instantiate(&self, dir: &Dentry, d: &Dentry, attr: &Attr) -> Result<()> {
         let ip = dir.dir_sb().iget(attr, true, &self.dc().counters)?;
-        self.instantiate_inode(dir, d, ip);
+        self.instantiate_inode(dir, d, ip, false);
         Ok(())
     }
 
     /// As [`instantiate`](Self::instantiate), with the new name's in-core
     /// inode (one reference, which `d` takes over).
-    fn instantiate_inode(&self, dir: &Dentry, d: &Dentry, ip: *const Inode) {
-        self.dc().d_instantiate(d, ip);
+    /// `new_dir`: the filesystem just made it, an empty directory (then it
+    /// starts complete where its superblock allows: `COMPLETE`).
+    fn instantiate_inode(&self, dir: &Dentry, d: &Dentry, ip: *const Inode, new_dir: bool) {
+        let dc = self.dc();
+        dc.d_instantiate(d, ip, new_dir && dc.dirs_can_be_complete(dir.dir_sb()));
         dir.inode().expect("positive directory").mark_stale();
     }
 
@@ -84,14 +87,7 @@ impl Vfs {
         let sb = dir_inode.sb();
         if let Some(m) = sb.fs.as_memfs() {
             if let Some(r) = m.create_bound(sb, dir_inode, name, &node, perm, owner, &self.dc().counters) {
-                let ip = r?;
-                if node.kind() == FileType::Dir {
-                    // Empty, and changed only through us: complete.
-                    self.dc().d_instantiate_dir(d, ip, self.dc().dirs_can_be_complete(sb));
-                    dir_inode.mark_stale();
-                } else {
-                    self.instantiate_inode(dir, d, ip);
-                }
+                self.instantiate_inode(dir, d, r?, node.kind() == FileType::Dir);
                 return Ok(());
             }
         }
