@@ -29,9 +29,16 @@
 //! validates the final pair after reading what it needs. On anything it
 //! cannot finish without the filesystem or a lock (a name not cached, a
 //! writer in progress, a failed check, a symlink whose target is not cached)
-//! it gives up and the caller walks again in REF mode. This is Linux's
-//! restart-from-the-start fallback; "legitimizing" the partial walk is left
-//! out because every operation here restarts cheaply from a held start.
+//! it gives up. Where it gave up at a name that is not cached (the common
+//! case: a cold name, or one the shrinker dropped), it records the place it
+//! had reached ([`RcuWalk`]'s stop), and the caller legitimizes that place
+//! ([`Dcache::unlazy`], Linux's `try_to_unlazy`): a reference on the
+//! directory and its mount, checked against the counts the walk read, and
+//! the REF-walk goes on from there with the rest of the path. So a lookup
+//! that must ask the filesystem stores nothing on the directories above the
+//! one it asks about, and does not walk them twice. On anything else (a
+//! writer in progress, a failed check, a name inside a symlink's target)
+//! the caller walks again in REF mode from the start.
 //!
 //! # REF-walk
 //!
@@ -120,17 +127,37 @@ pub(crate) struct Parent<'a, 'p> {
     pub trailing: bool,
 }
 
-/// The state of one RCU-walk: the caller's credentials and the symlink
-/// budget.
+/// The state of one RCU-walk: the caller's credentials, the symlink
+/// budget, and where the walk stopped at a name that is not cached.
 pub struct RcuWalk<'c> {
     pub cred: &'c Cred,
     pub links: u32,
+    pub(crate) stop: Option<Stop>,
 }
 
 impl<'c> RcuWalk<'c> {
     pub fn new(cred: &'c Cred) -> RcuWalk<'c> {
-        RcuWalk { cred, links: 0 }
+        RcuWalk { cred, links: 0, stop: None }
     }
+}
+
+/// A walk legitimized where its RCU-walk stopped ([`Dcache::unlazy`]): the
+/// walk in REF mode, the directory (with a reference), and the rest of the
+/// path from the name that was not cached.
+pub(crate) type Unlazied<'a, 'p> = (RefWalk<'a>, DRef<'a>, &'p [u8]);
+
+/// The place an RCU-walk had reached when it gave up at a name that is not
+/// cached, in the path it was given (not in a symlink's target): the mount
+/// and directory, the directory's count as the walk read it, the
+/// namespace's count, and where the name starts in the path. The pointers
+/// are valid only in the walk's read section ([`Dcache::unlazy`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Stop {
+    mnt: *const Mount,
+    dir: *const Dentry,
+    seq: u32,
+    ms: u32,
+    at: usize,
 }
 
 /// The name [`RcuWalk`] had before (beside `RefWalk` it did not say which
@@ -235,16 +262,20 @@ impl Dcache {
         follow: bool,
     ) -> RcuStep<(&'g Mount, &'g Dentry, u32)> {
         let ms = self.ns.seq.read_begin()?;
-        let r = self.walk_rcu_inner(guard, w, mnt, start, start_seq, path, follow);
+        let r = self.walk_rcu_inner::<true>(guard, w, mnt, start, start_seq, path, follow, ms);
         if self.ns.seq.read_retry(ms) {
+            w.stop = None;
             return None; // the mount tree changed under the walk
         }
         r
     }
 
+    /// `TOP`: `path` is the walk's own path (not a symlink's target), so a
+    /// name not cached in it may be recorded as the walk's stop (`ms`: the
+    /// namespace's count that `walk_rcu` read).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn walk_rcu_inner<'g>(
+    fn walk_rcu_inner<'g, const TOP: bool>(
         &'g self,
         guard: &RcuGuard<'_>,
         w: &mut RcuWalk,
@@ -253,6 +284,7 @@ impl Dcache {
         start_seq: u32,
         path: &[u8],
         follow: bool,
+        ms: u32,
     ) -> RcuStep<(&'g Mount, &'g Dentry, u32)> {
         let (mut mnt, mut cur, mut seq) = if path.first() == Some(&b'/') {
             let m = self.ns.root();
@@ -285,8 +317,13 @@ impl Dcache {
                         if self.certainly_absent(guard, cur, name) {
                             return validated(cur, seq, ENOENT);
                         }
-                        // Not cached: REF-walk asks the filesystem next.
+                        // Not cached: REF-walk asks the filesystem next,
+                        // from here.
                         Self::prefetch_fs_name(guard, ci, name);
+                        if TOP {
+                            let at = name.as_ptr() as usize - path.as_ptr() as usize;
+                            w.stop = Some(Stop { mnt, dir: cur, seq, ms, at });
+                        }
                         return None;
                     };
                     if cur.seq.read_retry(seq) {
@@ -343,7 +380,7 @@ impl Dcache {
         seq: u32,
         target: &[u8],
     ) -> RcuStep<(&'g Mount, &'g Dentry, u32)> {
-        self.walk_rcu_inner(guard, w, mnt, dir, seq, target, true)
+        self.walk_rcu_inner::<false>(guard, w, mnt, dir, seq, target, true, 0)
     }
 
     /// ".." in RCU mode: at a mount's root, first down to its mountpoint
@@ -392,11 +429,39 @@ impl Dcache {
         let ms = self.ns.seq.read_begin()?;
         let sseq = start.seq.read_begin()?;
         let mut w = RcuWalk::new(cred);
-        let (m, d, seq) = match self.walk_rcu(&guard, &mut w, mnt, start, sseq, path, follow)? {
+        let Some(r) = self.walk_rcu(&guard, &mut w, mnt, start, sseq, path, follow) else {
+            let (mut rw, dir, rest) = self.unlazy(&guard, &w, path)?;
+            drop(guard);
+            return Some(self.walk(&mut rw, dir, rest, follow).map(|d| (rw, d)));
+        };
+        let (m, d, seq) = match r {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
         self.pin_rcu(cred, &w, m, ms, d, seq).map(Ok)
+    }
+
+    /// Legitimizes the place where RCU-walk `w` stopped at a name that is
+    /// not cached (Linux's `try_to_unlazy`): a reference on its mount and
+    /// on its directory, then a check that neither changed since the walk
+    /// read them. Returns the walk in REF mode, the directory, and the rest
+    /// of `path` (the walk's own path) from that name on. `None`: the walk
+    /// did not stop so, or the place changed; the caller walks again from
+    /// the start. `guard` must be the read section the walk ran in.
+    #[cold]
+    pub(crate) fn unlazy<'a, 'p>(
+        &'a self,
+        guard: &RcuGuard<'_>,
+        w: &RcuWalk<'a>,
+        path: &'p [u8],
+    ) -> Option<Unlazied<'a, 'p>> {
+        let _ = guard;
+        let s = w.stop?;
+        // SAFETY: the walk reached both in `guard`'s read section, which the
+        // caller still holds: neither has been freed.
+        let (m, d) = unsafe { (&*s.mnt, &*s.dir) };
+        let (rw, r) = self.pin_rcu(w.cred, w, m, s.ms, d, s.seq)?;
+        Some((rw, r, &path[s.at..]))
     }
 
     /// Ends an RCU walk on `d`, which it read at `seq` under mount `m`
@@ -663,12 +728,13 @@ impl Dcache {
         } else {
             start
         };
-        let comps: Vec<&[u8]> = components(path).collect();
-        let Some((&last, inner)) = comps.split_last() else {
+        let mut comps = components(path);
+        let Some(mut last) = comps.next() else {
             return Ok(Parent { dir: cur, last: Last::Root, trailing: false });
         };
-        for &comp in inner {
-            cur = self.step(w, cur, comp)?;
+        for next in comps {
+            cur = self.step(w, cur, last)?;
+            last = next;
         }
         if !cur.is_dir() {
             return fail(ENOTDIR);

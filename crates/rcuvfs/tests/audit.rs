@@ -98,6 +98,37 @@ fn the_parent_walk_of_an_update_stores_nothing_on_the_ancestors() {
     assert!(writes_per_update(&v, "/d0/d1/d2") > writes_per_update(&v, "/top"));
 }
 
+/// The fewest shared writes a stat of a name that is not cached in `dir`
+/// makes (each name is new, so each stat asks the filesystem).
+fn writes_per_refetch(v: &Vfs, dir: &str) -> u64 {
+    (0..20)
+        .map(|i| {
+            let (p, q) = (format!("{dir}/missing{i}"), format!("{dir}/other{i}"));
+            let before = audit::count();
+            assert!(v.metadata(&p).is_err());
+            // A lookup handle's walk (and open's) goes on the same way.
+            assert!(v.entry(&q).is_err());
+            audit::count() - before
+        })
+        .min()
+        .unwrap()
+}
+
+#[test]
+fn a_stat_that_asks_the_filesystem_stores_nothing_on_the_ancestors() {
+    // The RCU walk stops at the name it cannot find and the REF walk goes on
+    // from the directory it reached (`try_to_unlazy`): a stat three levels
+    // deeper writes exactly as much as one at the top. (Restarting the
+    // walk in REF mode took and dropped a reference on every component.)
+    // Directories that are not complete, so that the filesystem is asked.
+    for mode in [RefMode::NoRefs, RefMode::RcuWalk] {
+        let v = Vfs::builder().mode(mode).complete_dirs(false).build().unwrap();
+        v.create_dir_all("/d0/d1/d2").unwrap();
+        v.create_dir("/top").unwrap();
+        assert_eq!(writes_per_refetch(&v, "/top"), writes_per_refetch(&v, "/d0/d1/d2"), "{mode:?}");
+    }
+}
+
 /// Through the etcd backend too: a cached path's stat never asks etcd and
 /// stores nothing shared (its dentries are plain dcache entries; the
 /// backend's coherence comes from its watcher, not from a check per

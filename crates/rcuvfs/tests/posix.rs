@@ -522,6 +522,64 @@ fn caches_drop_and_refill_from_the_filesystem() {
     assert!(v.metadata("/a/b").unwrap().is_dir());
 }
 
+/// A walk whose RCU part stops at a name that is not cached goes on in REF
+/// mode from the directory it reached, with the rest of the path: symlinks,
+/// "..", mounts, trailing slashes and permissions in that rest behave as in
+/// a walk from the start.
+#[test]
+fn a_walk_goes_on_from_the_first_name_not_cached() {
+    let v = vfs();
+    v.create_dir_all("/a/b/c").unwrap();
+    v.write("/a/b/c/f", b"f").unwrap();
+    v.write("/a/b/x", b"x").unwrap();
+    v.symlink("c", "/a/b/l").unwrap();
+    v.symlink("/a/b/x", "/a/b/abs").unwrap();
+    v.create_dir("/a/b/s").unwrap();
+    v.write("/a/b/s/g", b"g").unwrap();
+    v.set_permissions("/a/b/s", Permissions::from_mode(0o700)).unwrap();
+    v.create_dir("/a/b/m").unwrap();
+    v.mount("/a/b/m", Arc::new(MemFs::default())).unwrap();
+    v.write("/a/b/m/inner", b"inner").unwrap();
+    let user = v.with_cred(Cred::new(1000, 1000, &[]));
+    let a = v.entry("/a").unwrap();
+    // Each check starts with /a/b cached and everything in it not, so that
+    // the RCU walk stops in /a/b (or, past the mount, in the mount's root).
+    let cold = || {
+        v.drop_caches();
+        v.metadata("/a/b").unwrap();
+    };
+    let size = |r: std::io::Result<rcuvfs::Metadata>| r.map(|m| m.len());
+    cold();
+    assert_eq!(size(v.metadata("/a/b/l/f")).unwrap(), 1, "a symlink in the rest");
+    cold();
+    assert_eq!(size(v.metadata("/a/b/abs")).unwrap(), 1, "an absolute symlink last");
+    cold();
+    assert!(v.symlink_metadata("/a/b/abs").unwrap().file_type() == FileType::Symlink);
+    cold();
+    assert_eq!(size(v.metadata("/a/b/c/../x")).unwrap(), 1, "\"..\" in the rest");
+    cold();
+    assert_eq!(size(v.metadata("/a/b/c//f/")).map_err(|e| e.raw_os_error()), Err(Some(libc::ENOTDIR)));
+    cold();
+    assert_eq!(size(v.metadata("/a/b/c/nope/f")).map_err(|e| e.raw_os_error()), Err(Some(libc::ENOENT)));
+    cold();
+    assert_eq!(errno(&user.metadata("/a/b/s/g")), libc::EACCES, "search permission in the rest");
+    cold();
+    assert_eq!(errno(&user.metadata("/a/b/s")), 0);
+    cold();
+    assert_eq!(size(v.metadata("/a/b/m/inner")).unwrap(), 5, "a mount in the rest");
+    v.drop_caches();
+    v.metadata("/a/b/m").unwrap();
+    assert_eq!(size(v.metadata("/a/b/m/inner")).unwrap(), 5, "stopped in a mounted filesystem");
+    cold();
+    assert_eq!(size(v.metadata_at(&a, "b/l/f", true)).unwrap(), 1, "relative to a handle");
+    cold();
+    assert_eq!(v.read("/a/b/l/f").unwrap(), b"f", "an open");
+    cold();
+    assert!(v.entry("/a/b/c/../l").unwrap().metadata().unwrap().is_dir(), "a handle");
+    cold();
+    assert!(v.entry_nofollow("/a/b/l").unwrap().metadata().unwrap().file_type() == FileType::Symlink);
+}
+
 #[test]
 fn teardown_frees_every_dentry_and_inode() {
     let fs = Arc::new(MemFs::default());

@@ -11,7 +11,7 @@ use crate::dcache::DRef;
 use crate::error::{errno_of, fail, Result, EACCES, EINVAL, EISDIR, ENOENT, ENOTDIR, EPERM};
 use crate::fs::{Attr, FileType, SetAttr, SetTime};
 use crate::inode::Inode;
-use crate::namei::{check_path, RcuWalk};
+use crate::namei::{check_path, RcuWalk, Unlazied};
 
 impl Vfs {
     // ---- attributes ----
@@ -39,8 +39,16 @@ impl Vfs {
         check_path(path)?;
         let mode = self.state.mode;
         if mode.tries_rcu_walk() {
-            if let Some(r) = self.stat_rcu(start, path, follow, mode.stat_pins_final()) {
+            let mut from = None;
+            if let Some(r) = self.stat_rcu(start, path, follow, mode.stat_pins_final(), &mut from) {
                 return r.map(Metadata);
+            }
+            // A name not cached: REF-walk from the directory the RCU walk
+            // reached, which it pinned; nothing above it is touched.
+            if let Some((mut w, dir, rest)) = from {
+                let _g = self.state.global();
+                let d = self.dc().walk(&mut w, dir, rest, follow)?;
+                return Ok(Metadata(d.inode().expect("positive").attr()));
             }
         }
         let _g = self.state.global();
@@ -50,9 +58,17 @@ impl Vfs {
         Ok(Metadata(attr))
     }
 
-    /// `None`: fall back to REF-walk.
+    /// `None`: fall back to REF-walk, from the place in `from` if the walk
+    /// stopped at a name not cached, else from the start.
     #[inline]
-    fn stat_rcu(&self, start: Start, path: &[u8], follow: bool, pin: bool) -> Option<Result<Attr>> {
+    fn stat_rcu<'a, 'p>(
+        &'a self,
+        start: Start<'a>,
+        path: &'p [u8],
+        follow: bool,
+        pin: bool,
+        from: &mut Option<Unlazied<'a, 'p>>,
+    ) -> Option<Result<Attr>> {
         let dc = self.dc();
         let (m, s) = match self.start_place(start) {
             Ok(x) => x,
@@ -61,7 +77,11 @@ impl Vfs {
         let guard = dc.rcu.read_lock();
         let sseq = s.seq.read_begin()?;
         let mut w = RcuWalk::new(&self.cred);
-        let (m, d, seq) = match dc.walk_rcu(&guard, &mut w, m, s, sseq, path, follow)? {
+        let Some(r) = dc.walk_rcu(&guard, &mut w, m, s, sseq, path, follow) else {
+            *from = dc.unlazy(&guard, &w, path);
+            return None;
+        };
+        let (m, d, seq) = match r {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
