@@ -246,6 +246,37 @@ impl Dcache {
         }
     }
 
+    /// Whether the filesystem says, read in this walk's read section, that
+    /// directory `dir` (inode `di`) has no `name`: a memfs bound to this
+    /// cache, whose index is the truth and RCU-readable, for a miss in a
+    /// directory that is not complete (the shrinker dropped some of its
+    /// names). ENOENT then costs one probe of memfs's index and leaves no
+    /// negative dentry. Only with the builder's `complete_dirs` (the
+    /// default): without it, a miss asks through the VFS and caches a
+    /// negative dentry, as with any other filesystem.
+    ///
+    /// Why the answer is true. A create inserts into memfs before the
+    /// name's dentry turns positive (its negative dentry hides it from
+    /// this path meanwhile). An unlink, rmdir or rename removes the name
+    /// from memfs while the name's positive dentry is still in the dcache,
+    /// held by the remover; so a memfs miss alone could answer ENOENT while
+    /// another reader, later, still finds the positive dentry. Hence the
+    /// second, clean probe of the dcache after memfs's: the remover put
+    /// that dentry in the index before its memfs removal, which this
+    /// walk's memfs probe read (Acquire against the removal's Release), so
+    /// the second probe sees the dentry (no clean miss: fall back) or a
+    /// later state of its slot (negative, or gone once the remover is
+    /// done).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn fs_absent(&self, guard: &RcuGuard<'_>, dir: &Dentry, di: &crate::inode::Inode, name: &[u8]) -> bool {
+        if !self.complete_dirs {
+            return false;
+        }
+        let sb = di.sb();
+        sb.fs.as_memfs().is_some_and(|m| m.absent_bound(sb, guard, di, name)) && self.misses_cleanly(guard, dir, name)
+    }
+
     /// Walks `path` from `(mnt, start, seq)` in RCU mode. Returns the final
     /// place (a positive dentry) with the sequence count the caller must
     /// validate after reading it, a validated error, or `None` to fall back.
@@ -314,7 +345,7 @@ impl Dcache {
                         // Every name the directory has is cached: a clean
                         // miss is the answer (probed again to tell it from a
                         // candidate in the middle of a change).
-                        if self.certainly_absent(guard, cur, name) {
+                        if self.certainly_absent(guard, cur, name) || self.fs_absent(guard, cur, ci, name) {
                             return validated(cur, seq, ENOENT);
                         }
                         // Not cached: REF-walk asks the filesystem next,
@@ -340,6 +371,9 @@ impl Dcache {
                         w.links += 1;
                         if w.links > MAX_SYMLINKS {
                             return Some(fail(ELOOP));
+                        }
+                        if target.is_empty() || check_path(target).is_err() {
+                            return None; // REF-walk's `link_target` says which error
                         }
                         match self.walk_rcu_link(guard, w, mnt, cur, seq, target)? {
                             Ok(r) => (mnt, cur, seq) = r,
@@ -461,6 +495,14 @@ impl Dcache {
         // caller still holds: neither has been freed.
         let (m, d) = unsafe { (&*s.mnt, &*s.dir) };
         let (rw, r) = self.pin_rcu(w.cred, w, m, s.ms, d, s.seq)?;
+        // The namespace too, whatever the mount (`pin_rcu` checks it only
+        // for a mount it counts): a mount on the directory since the walk
+        // would hide the directory the rest is looked up in (Linux's
+        // `legitimize_mnt` checks `mount_lock` the same way).
+        crate::sync::atomic::fence(crate::sync::atomic::Ordering::SeqCst);
+        if self.ns.seq.read_retry(s.ms) {
+            return None;
+        }
         Some((rw, r, &path[s.at..]))
     }
 

@@ -515,11 +515,19 @@ fn caches_drop_and_refill_from_the_filesystem() {
     assert_eq!(v.stats().dentries, 1, "only the root stays");
     assert_eq!(v.read("/a/b/f").unwrap(), b"x");
     assert!(v.stats().dentries >= 4);
-    // Refilled from memfs, /a is no longer known to be complete: a miss
-    // asks memfs and is cached.
+    // Refilled from memfs, /a is no longer known to be complete: a miss is
+    // answered by memfs's own index, read in the same RCU walk, and leaves
+    // no negative dentry either.
+    assert_eq!(v.metadata("/a/missing").unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    assert_eq!(v.stats().negative_dentries, 0);
+    assert!(v.metadata("/a/b").unwrap().is_dir());
+    // Without complete directories, a miss asks memfs through the VFS and
+    // caches the answer, as with any filesystem.
+    let v = Vfs::builder().complete_dirs(false).build().unwrap();
+    v.create_dir_all("/a/b").unwrap();
+    v.drop_caches();
     assert_eq!(v.metadata("/a/missing").unwrap_err().raw_os_error(), Some(libc::ENOENT));
     assert!(v.stats().negative_dentries >= 1);
-    assert!(v.metadata("/a/b").unwrap().is_dir());
 }
 
 /// A walk whose RCU part stops at a name that is not cached goes on in REF
@@ -578,6 +586,26 @@ fn a_walk_goes_on_from_the_first_name_not_cached() {
     assert!(v.entry("/a/b/c/../l").unwrap().metadata().unwrap().is_dir(), "a handle");
     cold();
     assert!(v.entry_nofollow("/a/b/l").unwrap().metadata().unwrap().file_type() == FileType::Symlink);
+}
+
+/// A symlink whose target is empty (a filesystem can hold one, though a
+/// symlink call refuses to make it) is ENOENT when followed, as in Linux:
+/// in RCU-walk as in REF-walk (RCU-walk took it for ".").
+#[test]
+fn an_empty_symlink_target_is_enoent() {
+    let fs = Arc::new(MemFs::default());
+    // Not complete: the name is added behind the cache's back.
+    let v = Vfs::builder().filesystem(fs.clone()).complete_dirs(false).build().unwrap();
+    v.write("/f", b"x").unwrap();
+    fs.symlink(fs.root(), b"l", b"", rcuvfs::fs::Owner { uid: 0, gid: 0 }).unwrap();
+    assert_eq!(errno(&v.symlink("", "/m")), libc::ENOENT, "a symlink call refuses it");
+    for _ in 0..2 {
+        // The first walk caches /l; the second reads it in RCU-walk.
+        assert_eq!(errno(&v.metadata("/l")), libc::ENOENT);
+        assert_eq!(errno(&v.metadata("/l/f")), libc::ENOENT);
+        assert_eq!(errno(&v.entry("/l")), libc::ENOENT);
+    }
+    assert!(v.symlink_metadata("/l").unwrap().file_type() == FileType::Symlink);
 }
 
 #[test]

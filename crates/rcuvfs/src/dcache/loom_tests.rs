@@ -252,6 +252,65 @@ fn loom_rename_vs_rcu_lookup() {
     });
 }
 
+/// A miss answered by memfs's index (`fs_absent`) in a directory that is
+/// not complete, racing an unlink of the name (as the VFS does it: the
+/// name's dentry, refetched and held, then memfs's removal, then
+/// `d_delete`). The reader misses in the dcache, then waits (yielding)
+/// until memfs's removal is done before it asks memfs (loom otherwise ran
+/// it only before the unlinker's first steps, as the rename models found),
+/// then stats again. A stat that answered ENOENT must never be followed by
+/// one that finds the name: the unlinker's positive dentry is still in
+/// the dcache after memfs's removal. Fails without `fs_absent`'s second,
+/// clean probe of the dcache. With it, none of the 452 executions answers
+/// ENOENT from memfs: the unlinker's dentry, positive or negative, is in
+/// the index from before memfs's removal to the model's end.
+#[test]
+fn loom_memfs_miss_vs_unlink() {
+    use crate::fs::memfs::MemFs;
+    use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let dc = cache_over(fs.clone());
+        fs.create(fs.root(), b"x", 0o644, crate::fs::Owner { uid: 0, gid: 0 }).unwrap();
+        // The name was added behind the cache: the root is not complete.
+        dc.root().set_incomplete();
+        let removed = Arc::new(AtomicBool::new(false));
+        let unlinker = {
+            let (dc, fs, removed) = (dc.clone(), fs.clone(), removed.clone());
+            thread::spawn(move || {
+                let x = dc.lookup_ref(dc.root(), b"x").unwrap();
+                assert!(x.inode().is_some());
+                let (root, sb) = (dc.root(), dc.root_sb());
+                fs.unlink_bound(sb, root.inode().unwrap(), b"x").unwrap().unwrap();
+                removed.store(true, SeqCst);
+                dc.d_delete(&x);
+            })
+        };
+        let cred = Cred::root();
+        let first = {
+            let g = dc.rcu.read_lock();
+            let root = dc.root();
+            let missed = dc.lookup_rcu(&g, root, b"x").is_none();
+            while !removed.load(SeqCst) {
+                loom::thread::yield_now();
+            }
+            (missed && dc.fs_absent(&g, root, root.inode().unwrap(), b"x")).then_some(false)
+        };
+        let second = {
+            let g = dc.rcu.read_lock();
+            let root = dc.root();
+            let seq = root.seq.read_begin().unwrap();
+            match dc.walk_rcu(&g, &mut RcuWalk::new(&cred), dc.ns.root(), root, seq, b"x", true) {
+                Some(Ok(_)) => Some(true),
+                Some(Err(_)) => Some(false),
+                None => None,
+            }
+        };
+        assert!(!(first == Some(false) && second == Some(true)), "ENOENT, then the name found again");
+        unlinker.join().unwrap();
+    });
+}
+
 /// An RCU walk of `d/x` stops at `x`, which is not cached, and legitimizes
 /// the directory it reached (`unlazy`, Linux's `try_to_unlazy`) while the
 /// shrinker frees `d` (cached, unused). The REF walk must go on from a

@@ -492,6 +492,15 @@ impl MemFs {
     }
 
     /// For the VFS of the superblock `sb`, if this memfs is bound to it:
+    /// whether directory `dir` (an inode of this memfs) has no entry
+    /// `name`, probed in the VFS's read section `g` (a bound memfs shares
+    /// its RCU domain). `false` when not bound: the caller asks through
+    /// the VFS.
+    pub(crate) fn absent_bound(&self, sb: &Super, g: &RcuGuard<'_>, dir: &Inode, name: &[u8]) -> bool {
+        self.bound_to(sb) && dir.kind == FileType::Dir && Self::find(g, dir, name, name_key(name)).is_none()
+    }
+
+    /// For the VFS of the superblock `sb`, if this memfs is bound to it:
     /// starts loading the line of `dir`'s index where `name` is or would
     /// be, for an update of that name whose walk is about to miss in the
     /// dcache's index; the two misses then overlap. `g`: a read section of
