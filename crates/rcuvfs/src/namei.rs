@@ -158,6 +158,20 @@ pub(crate) struct Stop {
     seq: u32,
     ms: u32,
     at: usize,
+    /// Where the name is the path's last, with no trailing slash and no
+    /// symlink to follow: its inode, if a bound memfs has it (see
+    /// [`Dcache::fs_probe`]); else null.
+    found: *const crate::inode::Inode,
+}
+
+/// What a bound memfs says of a name the dcache does not hold
+/// ([`Dcache::fs_probe`]).
+pub(crate) enum FsAnswer<'g> {
+    Absent,
+    Found(&'g crate::inode::Inode),
+    /// Not a bound memfs, or the dcache is changing the name: ask through
+    /// the VFS.
+    Ask,
 }
 
 /// The name [`RcuWalk`] had before (beside `RefWalk` it did not say which
@@ -246,35 +260,79 @@ impl Dcache {
         }
     }
 
-    /// Whether the filesystem says, read in this walk's read section, that
-    /// directory `dir` (inode `di`) has no `name`: a memfs bound to this
-    /// cache, whose index is the truth and RCU-readable, for a miss in a
-    /// directory that is not complete (the shrinker dropped some of its
-    /// names). ENOENT then costs one probe of memfs's index and leaves no
-    /// negative dentry. Only with the builder's `complete_dirs` (the
-    /// default): without it, a miss asks through the VFS and caches a
-    /// negative dentry, as with any other filesystem.
+    /// What the filesystem says, read in this walk's read section, of
+    /// `name` in directory `dir` (inode `di`), which the dcache does not
+    /// hold: a memfs bound to this cache, whose index is the truth and
+    /// RCU-readable, for a miss in a directory that is not complete (the
+    /// shrinker dropped some of its names). A name absent there is ENOENT
+    /// at the cost of one probe of memfs's index, with no negative dentry;
+    /// a name present there can be stat'ed from its inode with no dentry
+    /// made ([`stat_found`](Self::stat_found)). Only with the builder's
+    /// `complete_dirs` (the default): without it, a miss asks through the
+    /// VFS and caches what it finds, a negative dentry included, as with
+    /// any other filesystem.
     ///
-    /// Why the answer is true. A create inserts into memfs before the
-    /// name's dentry turns positive (its negative dentry hides it from
-    /// this path meanwhile). An unlink, rmdir or rename removes the name
-    /// from memfs while the name's positive dentry is still in the dcache,
-    /// held by the remover; so a memfs miss alone could answer ENOENT while
-    /// another reader, later, still finds the positive dentry. Hence the
-    /// second, clean probe of the dcache after memfs's: the remover put
-    /// that dentry in the index before its memfs removal, which this
-    /// walk's memfs probe read (Acquire against the removal's Release), so
-    /// the second probe sees the dentry (no clean miss: fall back) or a
-    /// later state of its slot (negative, or gone once the remover is
-    /// done).
+    /// Why the answer is true. A name's changes reach memfs while the
+    /// dcache holds a dentry for it, put in the index before: a create's
+    /// negative dentry (its placeholder, hashed before memfs's insert and
+    /// positive after), an unlink's, rmdir's or rename's positive dentry
+    /// (held by the remover until it is negative or moved, after memfs's
+    /// removal). So memfs's answer alone could disagree with what another
+    /// reader, later, finds in the dcache. Hence a second, clean probe of
+    /// the dcache after memfs's: the changer put its dentry in the index
+    /// before its memfs change, which this walk's memfs probe read
+    /// (Acquire against the change's Release), so the second probe sees
+    /// that dentry (no clean miss: ask) or a later state of its slot.
     #[cold]
     #[inline(never)]
-    pub(crate) fn fs_absent(&self, guard: &RcuGuard<'_>, dir: &Dentry, di: &crate::inode::Inode, name: &[u8]) -> bool {
+    pub(crate) fn fs_probe<'g>(
+        &self,
+        guard: &'g RcuGuard<'_>,
+        dir: &Dentry,
+        di: &'g crate::inode::Inode,
+        name: &[u8],
+    ) -> FsAnswer<'g> {
         if !self.complete_dirs {
-            return false;
+            return FsAnswer::Ask;
         }
         let sb = di.sb();
-        sb.fs.as_memfs().is_some_and(|m| m.absent_bound(sb, guard, di, name)) && self.misses_cleanly(guard, dir, name)
+        let Some(found) = sb.fs.as_memfs().and_then(|m| m.find_bound(sb, guard, di, name)) else {
+            return FsAnswer::Ask;
+        };
+        if !self.misses_cleanly(guard, dir, name) {
+            return FsAnswer::Ask;
+        }
+        match found {
+            None => FsAnswer::Absent,
+            Some(i) => FsAnswer::Found(i),
+        }
+    }
+
+    /// The attributes of the inode a bound memfs found for the last name
+    /// of RCU-walk `w` ([`Stop`]'s `found`), if the place the walk found it
+    /// in still holds: read under the inode's count, then the directory's
+    /// and the namespace's counts checked. No dentry is made: a stat of a
+    /// name the cache dropped costs a probe of memfs's index and one of its
+    /// inode. `guard` must be the read section the walk ran in.
+    #[cold]
+    pub(crate) fn stat_found(&self, guard: &RcuGuard<'_>, w: &RcuWalk) -> Option<crate::fs::Attr> {
+        let _ = guard;
+        let s = w.stop?;
+        if s.found.is_null() {
+            return None;
+        }
+        // SAFETY: the walk reached both in `guard`'s read section, which the
+        // caller still holds (memfs, bound, frees through the same RCU).
+        let (i, d) = unsafe { (&*s.found, &*s.dir) };
+        let a = i.attr();
+        if d.seq.read_retry(s.seq) {
+            return None;
+        }
+        crate::sync::atomic::fence(crate::sync::atomic::Ordering::SeqCst);
+        if self.ns.seq.read_retry(s.ms) {
+            return None;
+        }
+        Some(a)
     }
 
     /// Walks `path` from `(mnt, start, seq)` in RCU mode. Returns the final
@@ -345,15 +403,22 @@ impl Dcache {
                         // Every name the directory has is cached: a clean
                         // miss is the answer (probed again to tell it from a
                         // candidate in the middle of a change).
-                        if self.certainly_absent(guard, cur, name) || self.fs_absent(guard, cur, ci, name) {
+                        if self.certainly_absent(guard, cur, name) {
                             return validated(cur, seq, ENOENT);
                         }
+                        let found = match self.fs_probe(guard, cur, ci, name) {
+                            FsAnswer::Absent => return validated(cur, seq, ENOENT),
+                            FsAnswer::Found(i) if last && !trailing && !(follow && i.kind == FileType::Symlink) => {
+                                i as *const crate::inode::Inode
+                            }
+                            _ => std::ptr::null(),
+                        };
                         // Not cached: REF-walk asks the filesystem next,
-                        // from here.
+                        // from here (a stat may read what memfs found).
                         Self::prefetch_fs_name(guard, ci, name);
                         if TOP {
                             let at = name.as_ptr() as usize - path.as_ptr() as usize;
-                            w.stop = Some(Stop { mnt, dir: cur, seq, ms, at });
+                            w.stop = Some(Stop { mnt, dir: cur, seq, ms, at, found });
                         }
                         return None;
                     };

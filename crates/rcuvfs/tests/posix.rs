@@ -588,6 +588,36 @@ fn a_walk_goes_on_from_the_first_name_not_cached() {
     assert!(v.entry_nofollow("/a/b/l").unwrap().metadata().unwrap().file_type() == FileType::Symlink);
 }
 
+/// A stat of a name the cache dropped, in a directory no longer complete,
+/// reads memfs's inode in the RCU walk and makes no dentry; a handle or an
+/// open makes one, and so does everything with `complete_dirs(false)`.
+/// What a stat answers is the file's, whichever path answered.
+#[test]
+fn a_stat_of_a_dropped_name_reads_memfs_and_makes_no_dentry() {
+    for complete in [true, false] {
+        let v = Vfs::builder().complete_dirs(complete).build().unwrap();
+        v.create_dir_all("/a/b").unwrap();
+        v.write("/a/b/f", b"four").unwrap();
+        v.hard_link("/a/b/f", "/a/b/g").unwrap();
+        v.symlink("f", "/a/b/l").unwrap();
+        let want = v.metadata("/a/b/f").unwrap();
+        v.drop_caches();
+        v.metadata("/a/b").unwrap();
+        let before = v.stats().dentries;
+        let m = v.metadata("/a/b/g").unwrap();
+        assert_eq!((m.ino(), m.len(), m.nlink()), (want.ino(), 4, 2), "complete_dirs({complete})");
+        assert_eq!(v.symlink_metadata("/a/b/l").unwrap().file_type(), FileType::Symlink);
+        assert_eq!(errno(&v.metadata("/a/b/g/")), libc::ENOTDIR);
+        let made = v.stats().dentries - before;
+        // g (its trailing-slash walk asks through the VFS) and, without
+        // complete directories, l too.
+        assert_eq!(made, if complete { 1 } else { 2 }, "complete_dirs({complete})");
+        // A symlink followed: through the VFS, which makes l's dentry.
+        assert_eq!(v.metadata("/a/b/l").unwrap().ino(), want.ino());
+        assert_eq!(v.read("/a/b/f").unwrap(), b"four");
+    }
+}
+
 /// A symlink whose target is empty (a filesystem can hold one, though a
 /// symlink call refuses to make it) is ENOENT when followed, as in Linux:
 /// in RCU-walk as in REF-walk (RCU-walk took it for ".").

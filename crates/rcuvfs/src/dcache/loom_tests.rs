@@ -294,7 +294,9 @@ fn loom_memfs_miss_vs_unlink() {
             while !removed.load(SeqCst) {
                 loom::thread::yield_now();
             }
-            (missed && dc.fs_absent(&g, root, root.inode().unwrap(), b"x")).then_some(false)
+            let absent =
+                missed && matches!(dc.fs_probe(&g, root, root.inode().unwrap(), b"x"), crate::namei::FsAnswer::Absent);
+            absent.then_some(false)
         };
         let second = {
             let g = dc.rcu.read_lock();
@@ -308,6 +310,60 @@ fn loom_memfs_miss_vs_unlink() {
         };
         assert!(!(first == Some(false) && second == Some(true)), "ENOENT, then the name found again");
         unlinker.join().unwrap();
+    });
+}
+
+/// The other direction: a name found in memfs's index (`fs_probe`'s
+/// `Found`, which a stat answers from) racing a create (as the VFS does it:
+/// a negative dentry for the name first, then memfs's insert, then the
+/// dentry made positive, left out here: the window is before it). The
+/// reader misses in the dcache, waits (yielding) until memfs's insert is
+/// done, asks memfs, then stats again. A stat that found the name must
+/// never be followed by one that answers ENOENT from the creator's negative
+/// dentry. Fails without `fs_probe`'s second, clean probe of the dcache.
+#[test]
+fn loom_memfs_hit_vs_create() {
+    use crate::fs::memfs::MemFs;
+    use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let dc = cache_over(fs.clone());
+        dc.root().set_incomplete();
+        let created = Arc::new(AtomicBool::new(false));
+        let creator = {
+            let (dc, fs, created) = (dc.clone(), fs.clone(), created.clone());
+            thread::spawn(move || {
+                let x = dc.lookup_ref(dc.root(), b"x").unwrap();
+                assert!(x.inode().is_none(), "a negative dentry first");
+                fs.create(fs.root(), b"x", 0o644, crate::fs::Owner { uid: 0, gid: 0 }).unwrap();
+                created.store(true, SeqCst);
+                drop(x);
+            })
+        };
+        let cred = Cred::root();
+        let first = {
+            let g = dc.rcu.read_lock();
+            let root = dc.root();
+            let missed = dc.lookup_rcu(&g, root, b"x").is_none();
+            while !created.load(SeqCst) {
+                loom::thread::yield_now();
+            }
+            let found = missed
+                && matches!(dc.fs_probe(&g, root, root.inode().unwrap(), b"x"), crate::namei::FsAnswer::Found(_));
+            found.then_some(true)
+        };
+        let second = {
+            let g = dc.rcu.read_lock();
+            let root = dc.root();
+            let seq = root.seq.read_begin().unwrap();
+            match dc.walk_rcu(&g, &mut RcuWalk::new(&cred), dc.ns.root(), root, seq, b"x", true) {
+                Some(Ok(_)) => Some(true),
+                Some(Err(_)) => Some(false),
+                None => None,
+            }
+        };
+        assert!(!(first == Some(true) && second == Some(false)), "found, then ENOENT");
+        creator.join().unwrap();
     });
 }
 

@@ -492,12 +492,22 @@ impl MemFs {
     }
 
     /// For the VFS of the superblock `sb`, if this memfs is bound to it:
-    /// whether directory `dir` (an inode of this memfs) has no entry
-    /// `name`, probed in the VFS's read section `g` (a bound memfs shares
-    /// its RCU domain). `false` when not bound: the caller asks through
-    /// the VFS.
-    pub(crate) fn absent_bound(&self, sb: &Super, g: &RcuGuard<'_>, dir: &Inode, name: &[u8]) -> bool {
-        self.bound_to(sb) && dir.kind == FileType::Dir && Self::find(g, dir, name, name_key(name)).is_none()
+    /// the inode that `name` names in directory `dir` (an inode of this
+    /// memfs), or `Some(None)` if none, probed in the VFS's read section
+    /// `g` (a bound memfs shares its RCU domain, so the inode stays
+    /// readable while `g` lasts). `None` when not bound: the caller asks
+    /// through the VFS.
+    pub(crate) fn find_bound<'g>(
+        &self,
+        sb: &Super,
+        g: &'g RcuGuard<'_>,
+        dir: &'g Inode,
+        name: &[u8],
+    ) -> Option<Option<&'g Inode>> {
+        if !self.bound_to(sb) || dir.kind != FileType::Dir {
+            return None;
+        }
+        Some(Self::find(g, dir, name, name_key(name)).map(|e| e.inode()))
     }
 
     /// For the VFS of the superblock `sb`, if this memfs is bound to it:

@@ -78,6 +78,14 @@ impl Vfs {
         let sseq = s.seq.read_begin()?;
         let mut w = RcuWalk::new(&self.cred);
         let Some(r) = dc.walk_rcu(&guard, &mut w, m, s, sseq, path, follow) else {
+            // A last name the dcache does not hold but a bound memfs does:
+            // its inode's attributes, with no dentry made (unless the mode
+            // pins the final dentry).
+            if !pin {
+                if let Some(a) = dc.stat_found(&guard, &w) {
+                    return Some(Ok(a));
+                }
+            }
             *from = dc.unlazy(&guard, &w, path);
             return None;
         };
