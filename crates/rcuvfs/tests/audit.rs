@@ -129,6 +129,27 @@ fn a_stat_that_asks_the_filesystem_stores_nothing_on_the_ancestors() {
     }
 }
 
+#[test]
+fn a_stat_that_memfs_answers_writes_nothing_shared() {
+    // Names the cache dropped, in directories no longer complete: a bound
+    // memfs answers a stat (from its inode) and a miss in the RCU walk,
+    // with no dentry made, no lock, no reference.
+    let v = Vfs::builder().build().unwrap();
+    v.create_dir_all("/d0/d1/d2").unwrap();
+    for i in 0..20 {
+        v.write(format!("/d0/d1/d2/f{i}"), b"x").unwrap();
+    }
+    v.drop_caches();
+    v.metadata("/d0/d1/d2").unwrap();
+    for i in 0..20 {
+        let (f, m) = (format!("/d0/d1/d2/f{i}"), format!("/d0/d1/d2/m{i}"));
+        let before = audit::count();
+        assert_eq!(v.metadata(&f).unwrap().len(), 1);
+        assert!(v.metadata(&m).is_err());
+        assert_eq!(audit::count() - before, 0, "{f}");
+    }
+}
+
 /// Through the etcd backend too: a cached path's stat never asks etcd and
 /// stores nothing shared (its dentries are plain dcache entries; the
 /// backend's coherence comes from its watcher, not from a check per
