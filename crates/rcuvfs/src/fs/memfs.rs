@@ -19,7 +19,10 @@
 //! `FileSystem` methods directly is not seen in such a directory (as one
 //! cached negative would hide it in any). A second `Vfs` over the same
 //! memfs turns completeness off in the first for good, since its changes
-//! reach memfs alone.
+//! reach memfs alone. In a directory that is not complete, the bound
+//! `Vfs`'s RCU walk reads this memfs's index itself for a name its dcache
+//! lacks (`find_bound`): a miss and a stat are answered here, with no
+//! dentry made.
 //!
 //! Its inodes live while they have a link, a lookup memfs handed out and
 //! was not paid back (FUSE's protocol, counted in the inode), or a VFS

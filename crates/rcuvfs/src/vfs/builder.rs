@@ -114,9 +114,14 @@ impl VfsBuilder {
     /// start complete, and a lookup of a name they lack is ENOENT without
     /// a call to memfs and without a negative dentry; the directory stops
     /// being complete once the shrinker, `drop_caches` or an invalidation
-    /// drops one of its names. Off: every miss asks the filesystem and
-    /// leaves a negative dentry, as before (the lab's comparison). No
-    /// effect on other filesystems.
+    /// drops one of its names. In a directory that is not complete, the
+    /// RCU walk then asks the bound memfs's own index for a name the
+    /// dcache lacks: a miss is ENOENT and a stat reads memfs's inode, with
+    /// no dentry made, no lock and no reference (a handle or an open still
+    /// makes the dentry). Off: every miss and every name not cached asks
+    /// the filesystem through the VFS and leaves a dentry, a negative one
+    /// for a miss, as before (the lab's comparison). No effect on other
+    /// filesystems.
     pub fn complete_dirs(mut self, on: bool) -> Self {
         self.complete_dirs = on;
         self
