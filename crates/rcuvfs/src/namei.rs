@@ -253,8 +253,11 @@ impl Dcache {
     /// never calls it.
     #[cold]
     #[inline(never)]
-    fn prefetch_fs_name(guard: &RcuGuard<'_>, di: &crate::inode::Inode, name: &[u8]) {
-        let sb = di.sb();
+    fn prefetch_fs_name(guard: &RcuGuard<'_>, dir: &Dentry, di: &crate::inode::Inode, name: &[u8]) {
+        // The dentry's superblock, not the inode's owner: a teardown of the
+        // superblock (the last umount) unbinds memfs's inodes without
+        // waiting for readers, and `bound_to` then says no.
+        let sb = dir.sb();
         if let Some(m) = sb.fs.as_memfs() {
             m.prefetch_bound(sb, guard, di, name);
         }
@@ -292,10 +295,14 @@ impl Dcache {
         di: &'g crate::inode::Inode,
         name: &[u8],
     ) -> FsAnswer<'g> {
-        if !self.complete_dirs {
+        // The dentry's superblock, not the inode's owner (see
+        // `prefetch_fs_name`); and only while this cache is the only one
+        // that changes memfs (`dirs_complete`): a second `Vfs`'s changes
+        // put no dentry in this index first.
+        let sb = dir.sb();
+        if !self.complete_dirs || !sb.dirs_complete() {
             return FsAnswer::Ask;
         }
-        let sb = di.sb();
         let Some(found) = sb.fs.as_memfs().and_then(|m| m.find_bound(sb, guard, di, name)) else {
             return FsAnswer::Ask;
         };
@@ -397,7 +404,15 @@ impl Dcache {
             }
             match c {
                 b"." => {}
-                b".." => (mnt, cur, seq) = self.dotdot_rcu(mnt, cur, seq)?,
+                b".." => {
+                    let below = mnt;
+                    (mnt, cur, seq) = self.dotdot_rcu(mnt, cur, seq)?;
+                    // Up into another mount: its names may need asking
+                    // about, as where the walk starts or goes down.
+                    if !std::ptr::eq(below, mnt) && cur.sb().revalidates.load(std::sync::atomic::Ordering::Relaxed) {
+                        return None;
+                    }
+                }
                 name => {
                     let Some((child, cseq)) = self.lookup_rcu(guard, cur, name) else {
                         // Every name the directory has is cached: a clean
@@ -415,7 +430,7 @@ impl Dcache {
                         };
                         // Not cached: REF-walk asks the filesystem next,
                         // from here (a stat may read what memfs found).
-                        Self::prefetch_fs_name(guard, ci, name);
+                        Self::prefetch_fs_name(guard, cur, ci, name);
                         if TOP {
                             let at = name.as_ptr() as usize - path.as_ptr() as usize;
                             w.stop = Some(Stop { mnt, dir: cur, seq, ms, at, found });
@@ -682,7 +697,7 @@ impl Dcache {
         }
         // The update will ask memfs about this name: its index line loads
         // while ours does.
-        Self::prefetch_fs_name(&guard, di, name);
+        Self::prefetch_fs_name(&guard, dir, di, name);
         let trailing = end < path.len();
         let Some((child, cseq)) = self.lookup_rcu(&guard, dir, name) else {
             // Not cached (or changing): the directory, pinned as

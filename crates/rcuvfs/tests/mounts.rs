@@ -357,6 +357,16 @@ fn lookups_racing_mount_and_umount_never_answer_wrongly() {
                 while !stop.load(Ordering::Relaxed) {
                     let p = paths[i % paths.len()];
                     i += 1;
+                    // A name missing in both trees: the walk asks the
+                    // mounted memfs's index (or prefetches from it) while
+                    // the last umount tears its superblock down.
+                    if i.is_multiple_of(5) {
+                        let q = format!("/mnt/sub/nope{}", i % 7);
+                        if let Ok(m) = v.metadata(&q) {
+                            eprintln!("{mode:?} t{t} {q}: found, {} bytes", m.len());
+                            wrong.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                     // Alternate RCU-walk (stat) and REF-walk (a handle).
                     let len = if t % 2 == 0 {
                         v.metadata(p).map(|m| m.len())

@@ -176,6 +176,25 @@ fn outside_changes_show_up_with_the_ttl_alone() {
     sees_outside_changes(&h, ttl_only());
 }
 
+/// A walk that climbs with ".." out of a mount that needs no revalidation
+/// (memfs) into the passthrough's, which does: the names it then looks up
+/// are revalidated as in any other walk there (the RCU walk checked only
+/// where it started and where it went down into a mount).
+#[test]
+fn dot_dot_into_a_revalidating_mount_revalidates() {
+    let h = HostDir::new("dotdot");
+    std::fs::create_dir(h.path("m")).unwrap();
+    std::fs::write(h.path("x"), b"x").unwrap();
+    let (v, _) = serve(&h.0, ttl_only());
+    v.mount("/m", Arc::new(rcuvfs::fs::memfs::MemFs::default())).unwrap();
+    let m = v.entry("/m").unwrap();
+    for _ in 0..3 {
+        assert_eq!(v.metadata_at(&m, "../x", true).unwrap().len(), 1);
+    }
+    std::fs::remove_file(h.path("x")).unwrap();
+    eventually("the removal, through ..", || errno(&v.metadata_at(&m, "../x", true)) == libc::ENOENT);
+}
+
 #[test]
 fn a_complete_directory_lists_without_getdents_until_it_changes() {
     let h = HostDir::new("complete");

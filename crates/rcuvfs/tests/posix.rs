@@ -616,6 +616,20 @@ fn a_stat_of_a_dropped_name_reads_memfs_and_makes_no_dentry() {
         assert_eq!(v.metadata("/a/b/l").unwrap().ino(), want.ino());
         assert_eq!(v.read("/a/b/f").unwrap(), b"four");
     }
+    // A second Vfs over the same memfs changes it without this cache's
+    // dentries (which make memfs's answers agree with the cache): the
+    // first then asks through the VFS, as without complete directories.
+    let fs = Arc::new(MemFs::default());
+    let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    v.create_dir_all("/a/b").unwrap();
+    v.write("/a/b/f", b"four").unwrap();
+    let other = Vfs::builder().filesystem(fs).build().unwrap();
+    other.write("/a/b/o", b"other").unwrap();
+    v.drop_caches();
+    v.metadata("/a/b").unwrap();
+    let before = v.stats().dentries;
+    assert_eq!(v.metadata("/a/b/o").unwrap().len(), 5);
+    assert_eq!(v.stats().dentries, before + 1, "a dentry made, as through the VFS");
 }
 
 /// A symlink whose target is empty (a filesystem can hold one, though a
