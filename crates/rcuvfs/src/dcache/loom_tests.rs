@@ -252,6 +252,41 @@ fn loom_rename_vs_rcu_lookup() {
     });
 }
 
+/// What a memfs-backed model's reader learns of root's `x`: it misses
+/// in the dcache, waits (yielding) until `changed` is set, then asks memfs
+/// (`fs_probe`); `Some(answer)` if memfs answered (`want` tells which
+/// answer counts: `Absent` for false, `Found` for true), else `None`.
+fn memfs_answer(dc: &Dcache, changed: &loom::sync::atomic::AtomicBool, want: bool) -> Option<bool> {
+    use crate::namei::FsAnswer;
+    let g = dc.rcu.read_lock();
+    let root = dc.root();
+    let missed = dc.lookup_rcu(&g, root, b"x").is_none();
+    while !changed.load(loom::sync::atomic::Ordering::SeqCst) {
+        loom::thread::yield_now();
+    }
+    if !missed {
+        return None;
+    }
+    match dc.fs_probe(&g, root, root.inode().unwrap(), b"x") {
+        FsAnswer::Absent if !want => Some(false),
+        FsAnswer::Found(_) if want => Some(true),
+        _ => None,
+    }
+}
+
+/// A stat of root's `x` in RCU-walk: `Some(found)`, or `None` where it
+/// falls back.
+fn rcu_stat_x(dc: &Dcache) -> Option<bool> {
+    let cred = Cred::root();
+    let g = dc.rcu.read_lock();
+    let root = dc.root();
+    let seq = root.seq.read_begin().unwrap();
+    match dc.walk_rcu(&g, &mut RcuWalk::new(&cred), dc.ns.root(), root, seq, b"x", true)? {
+        Ok(_) => Some(true),
+        Err(_) => Some(false),
+    }
+}
+
 /// A miss answered by memfs's index (`fs_absent`) in a directory that is
 /// not complete, racing an unlink of the name (as the VFS does it: the
 /// name's dentry, refetched and held, then memfs's removal, then
@@ -286,28 +321,8 @@ fn loom_memfs_miss_vs_unlink() {
                 dc.d_delete(&x);
             })
         };
-        let cred = Cred::root();
-        let first = {
-            let g = dc.rcu.read_lock();
-            let root = dc.root();
-            let missed = dc.lookup_rcu(&g, root, b"x").is_none();
-            while !removed.load(SeqCst) {
-                loom::thread::yield_now();
-            }
-            let absent =
-                missed && matches!(dc.fs_probe(&g, root, root.inode().unwrap(), b"x"), crate::namei::FsAnswer::Absent);
-            absent.then_some(false)
-        };
-        let second = {
-            let g = dc.rcu.read_lock();
-            let root = dc.root();
-            let seq = root.seq.read_begin().unwrap();
-            match dc.walk_rcu(&g, &mut RcuWalk::new(&cred), dc.ns.root(), root, seq, b"x", true) {
-                Some(Ok(_)) => Some(true),
-                Some(Err(_)) => Some(false),
-                None => None,
-            }
-        };
+        let first = memfs_answer(&dc, &removed, false);
+        let second = rcu_stat_x(&dc);
         assert!(!(first == Some(false) && second == Some(true)), "ENOENT, then the name found again");
         unlinker.join().unwrap();
     });
@@ -340,28 +355,8 @@ fn loom_memfs_hit_vs_create() {
                 drop(x);
             })
         };
-        let cred = Cred::root();
-        let first = {
-            let g = dc.rcu.read_lock();
-            let root = dc.root();
-            let missed = dc.lookup_rcu(&g, root, b"x").is_none();
-            while !created.load(SeqCst) {
-                loom::thread::yield_now();
-            }
-            let found = missed
-                && matches!(dc.fs_probe(&g, root, root.inode().unwrap(), b"x"), crate::namei::FsAnswer::Found(_));
-            found.then_some(true)
-        };
-        let second = {
-            let g = dc.rcu.read_lock();
-            let root = dc.root();
-            let seq = root.seq.read_begin().unwrap();
-            match dc.walk_rcu(&g, &mut RcuWalk::new(&cred), dc.ns.root(), root, seq, b"x", true) {
-                Some(Ok(_)) => Some(true),
-                Some(Err(_)) => Some(false),
-                None => None,
-            }
-        };
+        let first = memfs_answer(&dc, &created, true);
+        let second = rcu_stat_x(&dc);
         assert!(!(first == Some(true) && second == Some(false)), "found, then ENOENT");
         creator.join().unwrap();
     });
