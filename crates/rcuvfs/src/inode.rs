@@ -125,6 +125,11 @@ pub(crate) fn owned_ino_hash(ino: Ino) -> u64 {
     (d >> 3).reverse_bits() | (d & 7)
 }
 
+/// Set in the address of an inode's cached symlink target (a `Box`, so
+/// 8-aligned) when the target is not a valid path: the RCU walk then leaves
+/// it to REF-walk ([`Inode::walkable_link`]).
+const LINK_UNWALKABLE: usize = 1;
+
 /// An in-core inode.
 ///
 /// Laid out by hand (`repr(C)`, 64-byte aligned, 192 bytes): what a stat
@@ -184,7 +189,8 @@ pub(crate) struct Inode {
     /// each change and read under RCU (null: none).
     xattrs: AtomicPtr<Xattrs>,
     /// A symlink's target (a `Box<Box<[u8]>>`, null until read), set once:
-    /// targets never change.
+    /// targets never change. [`LINK_UNWALKABLE`] in the address marks a
+    /// target that is not a valid path.
     link: AtomicPtr<Box<[u8]>>,
     /// The first cached dentry that names this inode (Linux `i_dentry`, seed
     /// 003's figure 5: hard links are aliases); the rest follow through
@@ -244,9 +250,10 @@ impl Drop for Inode {
             // no reader holds its list.
             drop(unsafe { Box::from_raw(x) });
         }
-        let l = self.link.load(Ordering::Relaxed);
+        let l = self.link.load(Ordering::Relaxed).map_addr(|a| a & !LINK_UNWALKABLE);
         if !l.is_null() {
-            // SAFETY: set once from `Box::into_raw`; no reader is left.
+            // SAFETY: set once from `Box::into_raw` (less the mark); no
+            // reader is left.
             drop(unsafe { Box::from_raw(l) });
         }
         let d = self.data.load(Ordering::Relaxed);
@@ -747,15 +754,35 @@ impl Inode {
     /// A symlink's target, once read or set.
     pub fn link(&self) -> Option<&[u8]> {
         // Acquire: pairs with the Release publication in `set_link`.
+        let p = self.link.load(Ordering::Acquire).map_addr(|a| a & !LINK_UNWALKABLE);
         // SAFETY: set once, freed with the inode.
-        unsafe { self.link.load(Ordering::Acquire).as_ref() }.map(|b| &**b)
+        unsafe { p.as_ref() }.map(|b| &**b)
     }
 
-    /// Sets a symlink's target, unless it is set already.
+    /// The target for an RCU walk to follow: `None` until it is read, and
+    /// for a target that is not a valid path (empty, a NUL byte, too long:
+    /// a filesystem may hold one, though a symlink call refuses to make
+    /// it), whose error REF-walk's `link_target` gives. Checked once, in
+    /// `set_link`, not at every follow.
+    #[inline]
+    pub(crate) fn walkable_link(&self) -> Option<&[u8]> {
+        // Acquire: as in `link`.
+        let p = self.link.load(Ordering::Acquire);
+        if p.addr() & LINK_UNWALKABLE != 0 {
+            return None;
+        }
+        // SAFETY: as in `link` (no mark).
+        unsafe { p.as_ref() }.map(|b| &**b)
+    }
+
+    /// Sets a symlink's target, unless it is set already, marking it
+    /// unwalkable if it is not a valid path.
     pub(crate) fn set_link(&self, target: Box<[u8]>) {
+        let bad = crate::namei::check_path(&target).is_err();
         let n = Box::into_raw(Box::new(target));
+        let marked = n.map_addr(|a| if bad { a | LINK_UNWALKABLE } else { a });
         // Release: publishes the target.
-        if self.link.compare_exchange(ptr::null_mut(), n, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if self.link.compare_exchange(ptr::null_mut(), marked, Ordering::AcqRel, Ordering::Acquire).is_err() {
             // SAFETY: never published.
             drop(unsafe { Box::from_raw(n) });
         }

@@ -310,13 +310,22 @@ impl Dcache {
         match self.mnt_get_rcu(m)? {
             None => Some(self.mntget(m)), // the root mount: pinned, no store
             Some(r) => {
-                crate::sync::atomic::fence(Ordering::SeqCst);
-                if self.ns.seq.read_retry(ms) {
+                if self.ns_changed_since(ms) {
                     return None; // dropping `r` puts it back
                 }
                 Some(r)
             }
         }
+    }
+
+    /// Whether the namespace changed since `ms`, a walk's read of its
+    /// count, for a walker that has just counted itself on what it found:
+    /// the SeqCst fence orders that count before this read, against an
+    /// umount's bump of the count, fence, and read of the references
+    /// (`do_umount`, Linux's `legitimize_mnt`).
+    pub(crate) fn ns_changed_since(&self, ms: u32) -> bool {
+        crate::sync::atomic::fence(Ordering::SeqCst);
+        self.ns.seq.read_retry(ms)
     }
 
     /// A reference to the root mount.

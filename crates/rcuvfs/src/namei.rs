@@ -297,10 +297,10 @@ impl Dcache {
     ) -> FsAnswer<'g> {
         // The dentry's superblock, not the inode's owner (see
         // `prefetch_fs_name`); and only while this cache is the only one
-        // that changes memfs (`dirs_complete`): a second `Vfs`'s changes
-        // put no dentry in this index first.
+        // that changes memfs (`dirs_can_be_complete`): a second `Vfs`'s
+        // changes put no dentry in this index first.
         let sb = dir.sb();
-        if !self.complete_dirs || !sb.dirs_complete() {
+        if !self.dirs_can_be_complete(sb) {
             return FsAnswer::Ask;
         }
         let Some(found) = sb.fs.as_memfs().and_then(|m| m.find_bound(sb, guard, di, name)) else {
@@ -320,23 +320,18 @@ impl Dcache {
     /// in still holds: read under the inode's count, then the directory's
     /// and the namespace's counts checked. No dentry is made: a stat of a
     /// name the cache dropped costs a probe of memfs's index and one of its
-    /// inode. `guard` must be the read section the walk ran in.
+    /// inode. `_guard` must be the read section the walk ran in.
     #[cold]
-    pub(crate) fn stat_found(&self, guard: &RcuGuard<'_>, w: &RcuWalk) -> Option<crate::fs::Attr> {
-        let _ = guard;
+    pub(crate) fn stat_found(&self, _guard: &RcuGuard<'_>, w: &RcuWalk) -> Option<crate::fs::Attr> {
         let s = w.stop?;
         if s.found.is_null() {
             return None;
         }
-        // SAFETY: the walk reached both in `guard`'s read section, which the
+        // SAFETY: the walk reached both in `_guard`'s read section, which the
         // caller still holds (memfs, bound, frees through the same RCU).
         let (i, d) = unsafe { (&*s.found, &*s.dir) };
         let a = i.attr();
-        if d.seq.read_retry(s.seq) {
-            return None;
-        }
-        crate::sync::atomic::fence(crate::sync::atomic::Ordering::SeqCst);
-        if self.ns.seq.read_retry(s.ms) {
+        if d.seq.read_retry(s.seq) || self.ns_changed_since(s.ms) {
             return None;
         }
         Some(a)
@@ -444,16 +439,15 @@ impl Dcache {
                         return validated(child, cseq, ENOENT);
                     };
                     if inode.kind == FileType::Symlink && (!last || follow || trailing) {
-                        let target = inode.link()?;
+                        // `None` also for a target that is not a valid
+                        // path: REF-walk's `link_target` says which error.
+                        let target = inode.walkable_link()?;
                         if child.seq.read_retry(cseq) {
                             return None;
                         }
                         w.links += 1;
                         if w.links > MAX_SYMLINKS {
                             return Some(fail(ELOOP));
-                        }
-                        if target.is_empty() || check_path(target).is_err() {
-                            return None; // REF-walk's `link_target` says which error
                         }
                         match self.walk_rcu_link(guard, w, mnt, cur, seq, target)? {
                             Ok(r) => (mnt, cur, seq) = r,
@@ -561,17 +555,16 @@ impl Dcache {
     /// read them. Returns the walk in REF mode, the directory, and the rest
     /// of `path` (the walk's own path) from that name on. `None`: the walk
     /// did not stop so, or the place changed; the caller walks again from
-    /// the start. `guard` must be the read section the walk ran in.
+    /// the start. `_guard` must be the read section the walk ran in.
     #[cold]
     pub(crate) fn unlazy<'a, 'p>(
         &'a self,
-        guard: &RcuGuard<'_>,
+        _guard: &RcuGuard<'_>,
         w: &RcuWalk<'a>,
         path: &'p [u8],
     ) -> Option<Unlazied<'a, 'p>> {
-        let _ = guard;
         let s = w.stop?;
-        // SAFETY: the walk reached both in `guard`'s read section, which the
+        // SAFETY: the walk reached both in `_guard`'s read section, which the
         // caller still holds: neither has been freed.
         let (m, d) = unsafe { (&*s.mnt, &*s.dir) };
         let (rw, r) = self.pin_rcu(w.cred, w, m, s.ms, d, s.seq)?;
@@ -579,8 +572,7 @@ impl Dcache {
         // for a mount it counts): a mount on the directory since the walk
         // would hide the directory the rest is looked up in (Linux's
         // `legitimize_mnt` checks `mount_lock` the same way).
-        crate::sync::atomic::fence(crate::sync::atomic::Ordering::SeqCst);
-        if self.ns.seq.read_retry(s.ms) {
+        if self.ns_changed_since(s.ms) {
             return None;
         }
         Some((rw, r, &path[s.at..]))

@@ -172,7 +172,7 @@ pub(crate) struct Dcache {
     negative_target: usize,
     /// Directories of a filesystem that changes only through this cache
     /// may be `COMPLETE` (the builder's `complete_dirs`).
-    pub(crate) complete_dirs: bool,
+    complete_dirs: bool,
 }
 
 // SAFETY: `root` is owned by the cache and lives as long as it; the

@@ -38,22 +38,24 @@ impl Vfs {
     fn metadata_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Metadata> {
         check_path(path)?;
         let mode = self.state.mode;
+        let mut from = None;
         if mode.tries_rcu_walk() {
-            let mut from = None;
             if let Some(r) = self.stat_rcu(start, path, follow, mode.stat_pins_final(), &mut from) {
                 return r.map(Metadata);
             }
-            // A name not cached: REF-walk from the directory the RCU walk
-            // reached, which it pinned; nothing above it is touched.
-            if let Some((mut w, dir, rest)) = from {
-                let _g = self.state.global();
-                let d = self.dc().walk(&mut w, dir, rest, follow)?;
-                return Ok(Metadata(d.inode().expect("positive").attr()));
-            }
         }
         let _g = self.state.global();
-        let (mut w, s) = self.begin(start, path)?;
-        let d = self.dc().walk(&mut w, s, path, follow)?;
+        // REF-walk: at a name not cached, from the directory the RCU walk
+        // reached, which it pinned (nothing above it is touched); else from
+        // the start.
+        let (mut w, s, rest) = match from {
+            Some(x) => x,
+            None => {
+                let (w, s) = self.begin(start, path)?;
+                (w, s, path)
+            }
+        };
+        let d = self.dc().walk(&mut w, s, rest, follow)?;
         let attr = d.inode().expect("positive").attr();
         Ok(Metadata(attr))
     }
