@@ -160,6 +160,10 @@ struct Report {
     /// The `files` sweep: ns per file and bytes per file against N.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     files: Vec<files::FilesRow>,
+    /// With the `files` sweep: what a load that misses the caches costs
+    /// on this machine, the floor under its cold figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    files_memory: Option<files::MemoryLatency>,
     /// The `big-dir` sweep: ns per entry of a whole listing against N.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     big_dir: Vec<files::BigDirRow>,
@@ -504,13 +508,14 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
         }
     }
     progress.finish_and_clear();
-    let (mut file_rows, mut big_dir_rows) = (Vec::new(), Vec::new());
+    let (mut file_rows, mut big_dir_rows, mut files_memory) = (Vec::new(), Vec::new(), None);
     let sweep_modes: Vec<String> = match &explicit {
         Some(ms) => ms.iter().filter(|m| *m == "host" || vfs_config(m).is_some()).cloned().collect(),
         None => vec!["norefs".into(), "host".into()],
     };
     if run_files {
-        file_rows = files::sweep(&sweep_modes, &file_sizes, args.repeats, args.dcache_target, &args.host_dir)?;
+        let (r, lat) = files::sweep(&sweep_modes, &file_sizes, args.repeats, args.dcache_target, &args.host_dir)?;
+        (file_rows, files_memory) = (r, Some(lat));
     }
     if run_big_dir {
         big_dir_rows = files::big_dir_sweep(&sweep_modes, &file_sizes, args.repeats, &args.host_dir)?;
@@ -542,6 +547,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
         },
         results: rows,
         files: file_rows,
+        files_memory,
         big_dir: big_dir_rows,
         seeds: seed_rows,
     };
