@@ -1,0 +1,50 @@
+//! One create, one stat and one unlink of a file, each between two calls
+//! of a marker function, after a warm-up: the subject of `scripts/count-ops`,
+//! which single-steps each operation in gdb and counts its instructions,
+//! its atomic read-modify-writes and fences, and where they are. What a
+//! profile cannot show on a machine without hardware counters (this
+//! project's VM has none): how much work an operation is, not how long it
+//! waited.
+//!
+//! `cargo build --release -p rcuvfs --example one_op && scripts/count-ops`
+
+use rcuvfs::Vfs;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Where the operations begin and end: `count-ops` breaks here. `kind`:
+/// 1 before the create, 2 before the stat, 3 before the unlink, 4 after.
+#[inline(never)]
+#[no_mangle]
+pub extern "C" fn one_op_mark(kind: usize) -> usize {
+    std::hint::black_box(kind)
+}
+
+fn main() -> std::io::Result<()> {
+    let v = Vfs::builder().build()?;
+    for d in 0..10 {
+        v.create_dir(format!("/d{d}"))?;
+    }
+    // Warm: the directories' indexes past their first sizes, the
+    // allocator's pages in use, every path taken once.
+    for i in 0..2000 {
+        v.write(format!("/d{}/w{i}", i % 10), b"")?;
+    }
+    for i in 0..1000 {
+        v.remove_file(format!("/d{}/w{i}", i % 10))?;
+    }
+    let p = "/d3/f12345";
+    // Three rounds: `count-ops` measures the last (the first ones leave
+    // the name's negative dentry, as any name removed before).
+    for _ in 0..3 {
+        one_op_mark(1);
+        v.write(p, b"")?;
+        one_op_mark(2);
+        v.metadata(p)?;
+        one_op_mark(3);
+        v.remove_file(p)?;
+        one_op_mark(4);
+    }
+    Ok(())
+}
