@@ -1,9 +1,11 @@
-# gdb script for scripts/count-ops: single-steps the last round of
-# examples/one_op.rs (a create, a stat, an unlink) and prints, per
-# operation, its instructions, its atomic read-modify-writes and fences
-# (lock-prefixed instructions, xchg with memory, mfence), and the
-# functions they were in (inclusive counts, innermost two path segments).
+# gdb script for scripts/count-ops: single-steps eight rounds of
+# examples/one_op.rs (a create, a stat, an unlink, each round of a new
+# name) and prints, per operation, the instructions and the atomic
+# read-modify-writes and fences (lock-prefixed instructions, xchg with
+# memory, mfence) of each round, and for the median round the functions
+# they were in (inclusive counts, innermost two path segments).
 import collections
+import os
 import re
 
 import gdb
@@ -12,7 +14,8 @@ gdb.execute("set pagination off")
 gdb.execute("set confirm off")
 gdb.execute("break one_op_mark")
 gdb.execute("run", to_string=True)
-# Up to the last round's first mark (its argument, `kind`, is 1 there).
+# Past the two warm-up rounds: to the third first mark (its argument,
+# `kind`, is 1 there).
 rounds = 0
 while True:
     if int(gdb.parse_and_eval("$rdi")) == 1:
@@ -20,9 +23,11 @@ while True:
         if rounds == 3:
             break
     gdb.execute("continue", to_string=True)
+ROUNDS = 8  # examples/one_op.rs's ROUNDS
 
 ATOMIC = re.compile(r"\block\b|\bxchg\b.*\(|\bmfence\b")
-TOP = 25
+# Functions listed per operation (COUNT_OPS_TOP in the environment).
+TOP = int(os.environ.get("COUNT_OPS_TOP", "25"))
 
 
 def short(name):
@@ -73,10 +78,23 @@ def one():
         gdb.execute("stepi", to_string=True)
 
 
-for op in ["create (Vfs::write of an empty file)", "stat (Vfs::metadata)", "unlink (Vfs::remove_file)"]:
-    n, incl, atoms = one()
-    print(f"== {op}: {n} instructions, {atoms['(all)']} atomic RMWs and fences")
-    print("   instructions  atomics  function (inclusive)")
+OPS = ["create (Vfs::write of an empty file)", "stat (Vfs::metadata)", "unlink (Vfs::remove_file)"]
+runs = {op: [] for op in OPS}
+for r in range(ROUNDS):
+    if r > 0:
+        # From the round's last mark (4, after the unlink) to the next
+        # round's first, over the making of its path.
+        gdb.execute("continue", to_string=True)
+    assert int(gdb.parse_and_eval("$rdi")) == 1, "at a round's first mark"
+    for op in OPS:
+        runs[op].append(one())
+for op in OPS:
+    counts = sorted(runs[op], key=lambda r: r[0])
+    n, incl, atoms = counts[len(counts) // 2]  # the median round's
+    each = ", ".join(f"{r[0]}/{r[2]['(all)']}" for r in runs[op])
+    print(f"== {op}: median {n} instructions, {atoms['(all)']} atomic RMWs and fences")
+    print(f"   each round (instructions/atomics): {each}")
+    print("   instructions  atomics  function (inclusive), in the median round")
     for name, c in incl.most_common(TOP):
         print(f"   {c:12d}  {atoms[name]:7d}  {name}")
 gdb.execute("kill")
