@@ -124,12 +124,19 @@ fn cache() -> Arc<Dcache> {
 }
 
 fn cache_over(fs: Arc<dyn FileSystem>) -> Arc<Dcache> {
+    cache_over_bounded(fs, 1 << 18)
+}
+
+/// [`cache_over`] with a bound on negative dentries: 0 makes every removal
+/// over a bound memfs unhash its dentry (`kills_removed`) instead of
+/// turning it negative.
+fn cache_over_bounded(fs: Arc<dyn FileSystem>, negative_target: usize) -> Arc<Dcache> {
     let o = DcacheOptions {
         packed: false,
         lock_only: false,
         inode_list: Default::default(),
         target: 1 << 20,
-        negative_target: 1 << 18,
+        negative_target,
         complete_dirs: true,
     };
     Arc::new(Dcache::new(fs, o).unwrap())
@@ -301,11 +308,24 @@ fn rcu_stat_x(dc: &Dcache) -> Option<bool> {
 /// the index from before memfs's removal to the model's end.
 #[test]
 fn loom_memfs_miss_vs_unlink() {
+    memfs_miss_vs_unlink(1 << 18);
+}
+
+/// The same past the bound on negative dentries (0 here): the unlinker's
+/// `d_delete` unhashes its dentry and its last reference kills it, while
+/// the reader stats. An ENOENT is still never followed by the name, and
+/// nothing is touched after its grace period (`check_cache`).
+#[test]
+fn loom_memfs_miss_vs_unlink_that_kills() {
+    memfs_miss_vs_unlink(0);
+}
+
+fn memfs_miss_vs_unlink(negative_target: usize) {
     use crate::fs::memfs::MemFs;
     use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
-    model(|| {
+    model(move || {
         let fs = Arc::new(MemFs::default());
-        let dc = cache_over(fs.clone());
+        let dc = cache_over_bounded(fs.clone(), negative_target);
         fs.create(fs.root(), b"x", 0o644, crate::fs::Owner { uid: 0, gid: 0 }).unwrap();
         // The name was added behind the cache: the root is not complete.
         dc.root().set_incomplete();
@@ -319,12 +339,55 @@ fn loom_memfs_miss_vs_unlink() {
                 fs.unlink_bound(sb, root.inode().unwrap(), b"x").unwrap().unwrap();
                 removed.store(true, SeqCst);
                 dc.d_delete(&x);
+                let killed = negative_target == 0;
+                assert_eq!(x.flags.load(SeqCst) & super::dentry::HASHED == 0, killed, "unhashed iff past the bound");
             })
         };
         let first = memfs_answer(&dc, &removed, false);
         let second = rcu_stat_x(&dc);
         assert!(!(first == Some(false) && second == Some(true)), "ENOENT, then the name found again");
         unlinker.join().unwrap();
+        check_cache(&dc);
+    });
+}
+
+/// Past the bound on negative dentries, an unlink whose `d_delete` may
+/// find its reference the only one (then it unhashes the dentry, and its
+/// own last `dput` kills it) or not (another holder's last `dput` does),
+/// racing that other holder's `dput`: whichever comes last kills the
+/// dentry once, and nothing is touched after its grace period.
+#[test]
+fn loom_dput_vs_unlink_that_kills() {
+    use crate::fs::memfs::MemFs;
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let dc = cache_over_bounded(fs.clone(), 0);
+        fs.create(fs.root(), b"x", 0o644, crate::fs::Owner { uid: 0, gid: 0 }).unwrap();
+        // The name was added behind the cache: the root is not complete.
+        dc.root().set_incomplete();
+        let held = dc.lookup_ref(dc.root(), b"x").unwrap();
+        assert!(held.inode().is_some());
+        let held = held.into_raw() as usize;
+        let putter = {
+            let dc = dc.clone();
+            thread::spawn(move || {
+                // SAFETY: the reference `lookup_ref` took, dropped once.
+                unsafe { dc.dput(&*(held as *const super::Dentry)) }
+            })
+        };
+        let unlinker = {
+            let (dc, fs) = (dc.clone(), fs.clone());
+            thread::spawn(move || {
+                let x = dc.lookup_ref(dc.root(), b"x").unwrap();
+                let (root, sb) = (dc.root(), dc.root_sb());
+                fs.unlink_bound(sb, root.inode().unwrap(), b"x").unwrap().unwrap();
+                dc.d_delete(&x);
+            })
+        };
+        putter.join().unwrap();
+        unlinker.join().unwrap();
+        check_cache(&dc);
+        assert!(dc.d_lookup(dc.root(), b"x").is_none(), "the removed name is gone from the cache");
     });
 }
 

@@ -273,6 +273,19 @@ impl Dcache {
         self.complete_dirs && sb.dirs_complete()
     }
 
+    /// Whether `d_delete` should unhash `d`, whose name was removed, rather
+    /// than keep it as a negative dentry: where the filesystem answers
+    /// misses itself in the RCU walk (a bound memfs, `fs_probe`), a
+    /// negative dentry serves only a create of the same name again, and
+    /// once the negative dentries are at their bound it would only make
+    /// the shrinker free the oldest of them at the next allocation. Below
+    /// the bound they are kept (a job that creates and removes the same
+    /// names, AIM7's `short`, reuses them).
+    #[inline]
+    pub(crate) fn kills_removed(&self, d: &Dentry) -> bool {
+        self.counters.negative.approx() >= self.negative_target as i64 && self.dirs_can_be_complete(d.sb())
+    }
+
     fn lockref_ctor(&self) -> fn() -> Lockref {
         if self.lock_only {
             || Lockref::new_lock_only(1)
