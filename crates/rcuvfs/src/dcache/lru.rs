@@ -269,7 +269,9 @@ impl Dcache {
     /// itself far past one at once: a removal turns a dentry negative in
     /// place, without allocating, so `rm -r` of a million files leaves a
     /// million negative dentries for the next allocation (the size target
-    /// still holds: each replaced a positive one). Freeing them all there
+    /// still holds: each replaced a positive one), except over a bound
+    /// memfs, where past the negative target a removal unhashes its
+    /// dentry instead (`kills_removed`). Freeing them all there
     /// would stall that one call for a tenth of a second; the allocations
     /// that follow share the work instead.
     pub(super) fn shrink_to_target(&self) {

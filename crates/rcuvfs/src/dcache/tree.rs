@@ -360,7 +360,12 @@ impl Dcache {
     /// Records that `d`'s name was removed (`d_delete`): if the caller's
     /// reference is the only one, `d` becomes negative in place; otherwise it
     /// is unhashed and lives on, positive, for its other holders. The
-    /// caller holds the name's name lock.
+    /// caller holds the name's name lock. Over a filesystem that answers
+    /// misses itself, past the bound on negative dentries
+    /// ([`kills_removed`](Self::kills_removed)), the only holder's `d` is
+    /// unhashed instead of turned negative: it stays positive, holding its
+    /// inode and its place on the inode's alias list, until the caller's
+    /// last reference kills it.
     pub fn d_delete(&self, d: &Dentry) {
         let g = d.lockref().lock();
         // The caller's reference the only one: no child either (children
