@@ -80,6 +80,12 @@ pub fn check_path(path: &[u8]) -> Result<()> {
     if path.len() >= PATH_MAX {
         return fail(ENAMETOOLONG);
     }
+    if path.len() <= NAME_MAX {
+        // No name in it can be too long: a NUL is all there is to find,
+        // and `contains` on bytes is memchr, a word or a vector at a time
+        // (the loop below, a byte at a time, was a tenth of a warm stat).
+        return if path.contains(&0) { fail(EINVAL) } else { Ok(()) };
+    }
     let (mut comp, mut too_long, mut nul) = (0usize, false, false);
     for &b in path {
         nul |= b == 0;

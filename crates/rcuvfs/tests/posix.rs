@@ -27,6 +27,17 @@ fn name_and_path_limits() {
     assert_eq!(errno(&v.metadata(&deep)), libc::ENAMETOOLONG);
     assert_eq!(errno(&v.metadata(OsStr::from_bytes(b"/a\0b"))), libc::EINVAL);
     assert_eq!(errno(&v.metadata("")), libc::ENOENT);
+    // At the edges of the short-path check (up to NAME_MAX bytes, where no
+    // name can be too long and a NUL is all there is to find): a NUL last,
+    // first, or in a path one byte longer, and a 255-byte relative name.
+    let name = "y".repeat(255);
+    v.write(format!("/{name}"), b"").unwrap();
+    for bad in [format!("/{}\0", "x".repeat(253)), format!("\0{}", "x".repeat(254)), format!("/{}\0", "x".repeat(254))]
+    {
+        assert_eq!(errno(&v.metadata(&bad)), libc::EINVAL, "{} bytes", bad.len());
+    }
+    assert_eq!(errno(&v.metadata_at(&v.entry("/").unwrap(), &name, true)), 0);
+    assert_eq!(errno(&v.metadata(format!("{name}y"))), libc::ENAMETOOLONG);
 }
 
 #[test]
