@@ -370,18 +370,15 @@ impl Dcache {
         let g = d.lockref().lock();
         // The caller's reference the only one: no child either (children
         // hold references).
-        if g.count() == 1 && !d.is_root() && self.kills_removed(d) {
+        let sole = g.count() == 1 && !d.is_root();
+        let kill = sole && self.kills_removed(d);
+        if kill && d.inode().is_some_and(|i| i.kind != crate::fs::FileType::Dir) {
             // A file: out of the index under the lock we hold (the name is
             // gone, so its parent stays complete); the caller's last
-            // reference kills it. A directory goes through `unhash_tree`,
-            // which also closes its index.
-            if d.inode().is_some_and(|i| i.kind != crate::fs::FileType::Dir) {
-                self.unhash_locked(d, &g, true);
-                return;
-            }
-            drop(g);
-            self.unhash_tree(d, true);
-        } else if g.count() == 1 && !d.is_root() {
+            // reference kills it. A directory to kill takes the last branch,
+            // `unhash_tree`, which also closes its index.
+            self.unhash_locked(d, &g, true);
+        } else if sole && !kill {
             let inode = self.lru_flip_locked(d, &g, || {
                 d.seq.write_begin();
                 d.set_incomplete();
