@@ -624,18 +624,26 @@ impl Rcu {
     /// Retires `items` (taken from `sh`'s list) to seize as entries of
     /// [`ENTRY`] objects, without the attempt (`pad_and_flush`) that
     /// `hand` makes after them.
+    ///
+    /// Each entry is cut from the list's tail into a block of its own
+    /// size, and the list's block is freed at once. Cut from the front
+    /// (until 2026-11-27), each entry kept the whole block it was cut from
+    /// (the first, the list's 2,048 slots, 32 KiB) and the rest was copied
+    /// to a new one: 114 KiB allocated per hand-over of 2,048 objects, held
+    /// until their grace period ended. With the shrinker killing a dentry
+    /// per create (4M files, past `dcache_target`), those blocks came from
+    /// fresh pages and their faults were a tenth of the create time.
     #[cfg(not(any(loom, feature = "tsan")))]
     fn retire_batches(&self, sh: &Shard, mut items: Vec<Deferred>, direct: bool, gen: u64) {
         while !items.is_empty() {
-            let rest = items.split_off(items.len().min(ENTRY));
+            let entry = items.split_off(items.len().saturating_sub(ENTRY));
             if direct {
                 sh.direct.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            let b = Box::into_raw(Box::new(Batch { items, next: std::ptr::null_mut(), home: sh, direct, gen }));
+            let b = Box::into_raw(Box::new(Batch { items: entry, next: std::ptr::null_mut(), home: sh, direct, gen }));
             // SAFETY: a fresh allocation no other thread can reach, and
             // `batch_done` is its matching reclaimer.
             unsafe { self.collector.retire(b, batch_done) };
-            items = rest;
         }
     }
 
@@ -1014,6 +1022,30 @@ mod tests {
         });
         drop(rcu);
         assert_eq!(n.load(Ordering::SeqCst), 11);
+    }
+
+    /// Every object of a hand-over of many entries is freed, once: lists
+    /// of a few thousand objects, handed over when full (each cut into
+    /// entries of `ENTRY`) and by `expedite`, all run by `barrier`.
+    #[test]
+    fn every_object_of_a_long_list_is_freed_once() {
+        use std::sync::atomic::AtomicUsize;
+        let rcu = Rcu::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        // Past a full list (`SHARD_BATCH`) and an uneven tail, then an
+        // expedited list of more than one entry.
+        let (listed, expedited) = if cfg!(miri) { (600, 300) } else { (5_000, 700) };
+        for n in [listed, expedited] {
+            for _ in 0..n {
+                let r = runs.clone();
+                rcu.call_rcu(move || {
+                    r.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+        }
+        rcu.expedite();
+        rcu.barrier();
+        assert_eq!(runs.load(Ordering::Relaxed), listed + expedited);
     }
 
     /// `barrier` waits for an object `expedite` pushed out too, whatever
