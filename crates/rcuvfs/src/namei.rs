@@ -740,7 +740,7 @@ impl Dcache {
     }
 
     /// A cached, revalidated dentry for `name` in `dir`, if any.
-    fn lookup_cached<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<Option<DRef<'a>>> {
+    pub(crate) fn lookup_cached<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<Option<DRef<'a>>> {
         let Some(d) = self.d_lookup(dir, name) else {
             return Ok(None);
         };
@@ -772,6 +772,18 @@ impl Dcache {
         if let Some(d) = self.lookup_cached(dir, name)? {
             return Ok(d);
         }
+        self.lookup_missed(dir, name, renaming)
+    }
+
+    /// [`lookup_locked`](Self::lookup_locked) after its cached lookup
+    /// missed (`lookup_cached`): asks the filesystem and caches its
+    /// answer.
+    pub(crate) fn lookup_missed<'a>(
+        &'a self,
+        dir: &Dentry,
+        name: &[u8],
+        renaming: Option<&MutexGuard<'_, ()>>,
+    ) -> Result<DRef<'a>> {
         match self.lookup_fs(dir, name, renaming)? {
             Spliced::Done(d) => Ok(d),
             Spliced::RenameBusy { wait } => {

@@ -333,6 +333,62 @@ fn permissions_and_the_sticky_bit() {
     assert_eq!(root.metadata("/suid").unwrap().permissions().mode(), 0o755);
 }
 
+/// An unlink of a name the dcache does not hold (after `drop_caches`),
+/// over the bound memfs, makes no dentry, and answers as an unlink of a
+/// cached name does: ENOENT, EISDIR, ENOTDIR for a trailing slash,
+/// EACCES without write permission on the directory, EPERM under the
+/// sticky bit, and removes the file otherwise (its data stays with an
+/// open handle).
+#[test]
+fn unlinks_of_uncached_names_make_no_dentry_and_answer_as_cached_ones() {
+    let root = vfs();
+    let alice = root.with_cred(Cred::new(1000, 1000, &[]));
+    let bob = root.with_cred(Cred::new(1001, 1001, &[]));
+    root.create_dir("/d").unwrap();
+    for i in 0..100 {
+        root.write(format!("/d/f{i}"), b"").unwrap();
+    }
+    root.create_dir("/d/sub").unwrap();
+    root.create_dir("/tmp").unwrap();
+    root.set_permissions("/tmp", Permissions::from_mode(0o1777)).unwrap();
+    alice.write("/tmp/a", b"alice").unwrap();
+    root.write("/d/open", b"kept").unwrap();
+    let mut held = root.open("/d/open", OpenOptions::new().read(true)).unwrap();
+    root.drop_caches();
+    // The directories' dentries come back with this first unlink.
+    root.remove_file("/d/f0").unwrap();
+    root.drop_caches();
+    root.remove_file("/d/f1").unwrap();
+    let (dentries, negative) = (root.stats().dentries, root.stats().negative_dentries);
+    for i in 2..100 {
+        root.remove_file(format!("/d/f{i}")).unwrap();
+    }
+    assert_eq!(errno(&root.remove_file("/d/f5")), libc::ENOENT);
+    assert_eq!(errno(&root.remove_file("/d/never")), libc::ENOENT);
+    assert_eq!(
+        (root.stats().dentries, root.stats().negative_dentries),
+        (dentries, negative),
+        "unlinks of uncached names made dentries"
+    );
+    assert_eq!(errno(&root.metadata("/d/f50")), libc::ENOENT);
+    assert_eq!(errno(&root.remove_file("/d/sub")), libc::EISDIR);
+    root.write("/d/x", b"").unwrap();
+    root.drop_caches();
+    assert_eq!(errno(&root.remove_file("/d/x/")), libc::ENOTDIR);
+    assert_eq!(errno(&alice.remove_file("/d/x")), libc::EACCES);
+    root.drop_caches();
+    assert_eq!(errno(&bob.remove_file("/tmp/a")), libc::EPERM);
+    root.drop_caches();
+    alice.remove_file("/tmp/a").unwrap();
+    root.drop_caches();
+    root.remove_file("/d/open").unwrap();
+    let mut buf = Vec::new();
+    held.read_to_end(&mut buf).unwrap();
+    assert_eq!(buf, b"kept");
+    let names: Vec<_> = root.read_dir("/d").unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "left: {names:?}");
+}
+
 #[test]
 fn setgid_directories_pass_their_group_down() {
     let root = vfs();

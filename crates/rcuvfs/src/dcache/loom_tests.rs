@@ -351,6 +351,50 @@ fn memfs_miss_vs_unlink(negative_target: usize) {
     });
 }
 
+/// An unlink of a name the dcache holds no dentry for, over the bound
+/// memfs, as the VFS does it (`Vfs::unlink_uncached`): the name's lock, a
+/// cached lookup, and if it misses, memfs's removal with no dentry made
+/// (else the removal and `d_delete`), racing a lookup that caches memfs's
+/// answer. Every dentry of a name is made under its lock, so the lookup's
+/// dentry is either there before the unlink's cached lookup, which then
+/// deletes it, or made after memfs's removal: negative. No positive
+/// dentry of the removed name is left. Fails (a positive dentry of the
+/// removed name) when the unlink lets go of the lock before memfs's
+/// removal.
+#[test]
+fn loom_uncached_unlink_vs_lookup() {
+    use crate::fs::memfs::MemFs;
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let dc = cache_over_bounded(fs.clone(), 1 << 18);
+        fs.create(fs.root(), b"x", 0o644, crate::fs::Owner { uid: 0, gid: 0 }).unwrap();
+        // The name was added behind the cache: the root is not complete.
+        dc.root().set_incomplete();
+        let unlinker = {
+            let (dc, fs) = (dc.clone(), fs.clone());
+            thread::spawn(move || {
+                let (root, sb) = (dc.root(), dc.root_sb());
+                let lock = dc.names.lock(super::name_hash(root, b"x"));
+                match dc.lookup_cached(root, b"x").unwrap() {
+                    Some(x) => {
+                        fs.unlink_bound(sb, root.inode().unwrap(), b"x").unwrap().unwrap();
+                        dc.d_delete(&x);
+                    }
+                    None => {
+                        fs.unlink_bound_checked(sb, root.inode().unwrap(), b"x", |_| Ok(())).unwrap().unwrap();
+                    }
+                }
+                drop(lock);
+            })
+        };
+        drop(dc.lookup_ref(dc.root(), b"x").unwrap());
+        unlinker.join().unwrap();
+        let positive = dc.d_lookup(dc.root(), b"x").map(|d| d.inode().is_some());
+        assert_ne!(positive, Some(true), "a positive dentry of a removed name");
+        check_cache(&dc);
+    });
+}
+
 /// Past the bound on negative dentries, an unlink whose `d_delete` may
 /// find its reference the only one (then it unhashes the dentry, and its
 /// own last `dput` kills it) or not (another holder's last `dput` does),

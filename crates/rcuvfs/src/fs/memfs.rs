@@ -460,7 +460,7 @@ impl MemFs {
     /// Whether this memfs is bound to the superblock `sb` (its inodes are
     /// that VFS's), for the `*_bound` shortcuts the VFS takes.
     #[inline]
-    fn bound_to(&self, sb: &Super) -> bool {
+    pub(crate) fn bound_to(&self, sb: &Super) -> bool {
         // Relaxed: only compared. `sb` reaches us through the VFS that
         // `bind` published this binding to (it stored `bound` before the
         // superblock was made reachable), and an unbind comes only with
@@ -891,7 +891,7 @@ impl MemFs {
     fn unlink_entry(&self, parent: Ino, name: &[u8]) -> Result<()> {
         let g = self.rcu().read_lock();
         let dir = self.dir(&g, parent)?;
-        self.unlink_in(&g, dir, name)
+        self.unlink_in(&g, dir, name, |_| Ok(()))
     }
 
     /// For the VFS of the superblock `sb`, if this memfs is bound to it:
@@ -899,6 +899,21 @@ impl MemFs {
     /// `unlink` does, with no probe of the inode table for the directory.
     /// `None`: not bound to `sb`.
     pub(crate) fn unlink_bound(&self, sb: &Super, dir: &Inode, name: &[u8]) -> Option<Result<()>> {
+        self.unlink_bound_checked(sb, dir, name, |_| Ok(()))
+    }
+
+    /// [`unlink_bound`](Self::unlink_bound), calling `check` with the
+    /// inode `name` names, under the lock that keeps it named so, before
+    /// anything changes: the VFS's checks of an unlink whose name it has
+    /// no dentry for (permissions, the sticky bit, the kind), which refuse
+    /// with their error.
+    pub(crate) fn unlink_bound_checked(
+        &self,
+        sb: &Super,
+        dir: &Inode,
+        name: &[u8],
+        check: impl FnOnce(&Inode) -> Result<()>,
+    ) -> Option<Result<()>> {
         if !self.bound_to(sb) {
             return None;
         }
@@ -906,16 +921,23 @@ impl MemFs {
             return Some(fail(ENOTDIR));
         }
         let g = self.rcu().read_lock();
-        Some(self.unlink_in(&g, dir, name))
+        Some(self.unlink_in(&g, dir, name, check))
     }
 
-    /// Removes the non-directory `name` from `dir`.
-    fn unlink_in(&self, g: &RcuGuard<'_>, dir: &Inode, name: &[u8]) -> Result<()> {
+    /// Removes the non-directory `name` from `dir`, if `check` allows.
+    fn unlink_in(
+        &self,
+        g: &RcuGuard<'_>,
+        dir: &Inode,
+        name: &[u8],
+        check: impl FnOnce(&Inode) -> Result<()>,
+    ) -> Result<()> {
         let rcu = self.rcu();
         let key = name_key(name);
         let l = dir.entries.lock(key, rcu);
         let e = Self::find_locked(g, &l, name, key).ok_or_else(|| err(ENOENT))?;
         let victim = e.inode();
+        check(victim)?;
         if victim.kind == FileType::Dir {
             return fail(EISDIR);
         }

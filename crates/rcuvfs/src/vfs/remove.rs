@@ -4,11 +4,13 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use super::walk::{Removal, Uncached};
 use super::{bytes, Begun, Entry, Start, Vfs};
 use crate::cred::{MAY_EXEC, MAY_WRITE};
 use crate::dcache::Dentry;
 use crate::error::{fail, Result, EACCES, EBUSY, EINVAL, EISDIR, ENOENT, ENOTDIR, ENOTEMPTY, EPERM};
-use crate::fs::FileType;
+use crate::fs::{Attr, FileType};
+use crate::inode::Inode;
 use crate::namei::{check_path, Last};
 
 impl Vfs {
@@ -17,11 +19,17 @@ impl Vfs {
     /// May this view remove the entry `victim` from `dir` (`may_delete`)?
     pub(super) fn may_delete(&self, dir: &Dentry, victim: &Dentry, want_dir: bool) -> Result<()> {
         let dir_attr = dir.inode().expect("positive directory").access_attr();
-        if !self.cred.may(&dir_attr, MAY_WRITE | MAY_EXEC) {
+        let victim_attr = victim.inode().expect("positive").access_attr();
+        self.may_delete_attrs(&dir_attr, &victim_attr, want_dir)
+    }
+
+    /// [`may_delete`](Self::may_delete) by the attributes of the directory
+    /// and of the victim.
+    fn may_delete_attrs(&self, dir_attr: &Attr, victim_attr: &Attr, want_dir: bool) -> Result<()> {
+        if !self.cred.may(dir_attr, MAY_WRITE | MAY_EXEC) {
             return fail(EACCES);
         }
-        let victim_attr = victim.inode().expect("positive").access_attr();
-        if self.cred.sticky_blocks(&dir_attr, &victim_attr) {
+        if self.cred.sticky_blocks(dir_attr, victim_attr) {
             return fail(EPERM);
         }
         match (want_dir, victim_attr.kind == FileType::Dir) {
@@ -49,8 +57,10 @@ impl Vfs {
         check_path(path)?;
         let _g = self.state.global();
         let dc = self.dc();
-        let Begun::Named(n) = self.begin_named(start, path)? else {
-            return fail(EISDIR);
+        let n = match self.begin_unlink(start, path)? {
+            Removal::Named(n) => n,
+            Removal::Uncached(u) => return self.unlink_uncached(u),
+            Removal::Other(_) => return fail(EISDIR),
         };
         let (dir, victim) = (n.dir(), &n.child);
         let dir_inode = dir.inode().expect("positive directory");
@@ -71,6 +81,26 @@ impl Vfs {
         dir_inode.mark_stale();
         dc.d_delete(victim);
         Ok(())
+    }
+
+    /// An unlink of a name the dcache has no dentry for, in a directory of
+    /// the memfs bound to this Vfs (see [`Uncached`]): memfs finds the
+    /// file, the checks of the unlink with a dentry run on it under memfs's
+    /// lock, in the same order (ENOENT, the trailing slash, then
+    /// `may_delete`), and memfs removes it. No dentry is made, so there is
+    /// none to kill.
+    fn unlink_uncached(&self, u: Uncached) -> Result<()> {
+        let dir_inode = u.dir.inode().expect("positive directory");
+        let sb = dir_inode.sb();
+        let m = sb.fs.as_memfs().expect("a directory of the bound memfs");
+        let dir_attr = dir_inode.access_attr();
+        let check = |vi: &Inode| {
+            if u.trailing {
+                return fail(if vi.kind == FileType::Dir { EISDIR } else { ENOTDIR });
+            }
+            self.may_delete_attrs(&dir_attr, &vi.access_attr(), false)
+        };
+        m.unlink_bound_checked(sb, dir_inode, u.name, check).expect("bound for the superblock's life")
     }
 
     /// `rmdir`.

@@ -22,6 +22,15 @@ pub(super) fn lock_name<'a>(dc: &'a Dcache, dir: &Dentry, name: &[u8]) -> NameGu
     dc.names.lock(name_hash(dir as *const Dentry, name))
 }
 
+/// Whether `dir` is a directory of a memfs bound to its superblock, which
+/// answers for its names itself (`MemFs::unlink_bound_checked`).
+fn bound_memfs_dir(dir: &Dentry) -> bool {
+    dir.inode().is_some_and(|i| {
+        let sb = i.sb();
+        i.kind == crate::fs::FileType::Dir && sb.fs.as_memfs().is_some_and(|m| m.bound_to(sb))
+    })
+}
+
 /// How an update holds the directory it works in.
 pub(super) enum DirPin<'a> {
     /// By a reference of its own (the walk pinned the directory).
@@ -64,6 +73,40 @@ pub(super) enum Begun<'a, 'p> {
     Other(Last<'p>),
 }
 
+/// An unlink's last name, locked, that the dcache holds no dentry for, in
+/// a directory of the memfs bound to this Vfs: the unlink asks memfs alone
+/// and makes no dentry, which would only be killed again at once (and, past
+/// `dcache_target`, would first make the shrinker kill another). The name's
+/// lock keeps the dcache without one: every dentry of a name is made, or
+/// moved to it, under that name's lock.
+/// Fields drop in this order: the lock, then the directory.
+pub(super) struct Uncached<'a, 'p> {
+    pub(super) _lock: NameGuard<'a>,
+    pub(super) dir: DRef<'a>,
+    pub(super) name: &'p [u8],
+    /// The path ended in '/'.
+    pub(super) trailing: bool,
+    pub(super) _w: RefWalk<'a>,
+}
+
+/// Where an unlink's walk ends ([`Vfs::begin_unlink`]).
+pub(super) enum Removal<'a, 'p> {
+    Named(Named<'a, 'p>),
+    Uncached(Uncached<'a, 'p>),
+    Other(Last<'p>),
+}
+
+impl<'a, 'p> Removal<'a, 'p> {
+    /// As a `Begun`, for a walk that did not ask for `Uncached`.
+    fn begun(self) -> Begun<'a, 'p> {
+        match self {
+            Removal::Named(n) => Begun::Named(n),
+            Removal::Other(l) => Begun::Other(l),
+            Removal::Uncached(_) => unreachable!("a name without its dentry where none was asked for"),
+        }
+    }
+}
+
 impl Vfs {
     /// The place a walk starts from (not counted).
     pub(super) fn start_place<'a>(&'a self, start: Start<'a>) -> Result<(&'a Mount, &'a Dentry)> {
@@ -97,6 +140,17 @@ impl Vfs {
     /// else to the directory, pinned, then the name's lookup under its
     /// lock.
     pub(super) fn begin_named<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8]) -> Result<Begun<'a, 'p>> {
+        self.begin_name(start, path, false).map(Removal::begun)
+    }
+
+    /// [`begin_named`](Self::begin_named) for an unlink: a name the dcache
+    /// does not hold, in a directory of the memfs bound to this Vfs, is
+    /// [`Uncached`], with no dentry made for it.
+    pub(super) fn begin_unlink<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8]) -> Result<Removal<'a, 'p>> {
+        self.begin_name(start, path, true)
+    }
+
+    fn begin_name<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8], uncached: bool) -> Result<Removal<'a, 'p>> {
         let dc = self.dc();
         if self.state.mode.tries_rcu_walk() {
             let (m, d) = self.start_place(start)?;
@@ -108,27 +162,41 @@ impl Vfs {
                     // parent and inode unchanged): then `dir` is pinned.
                     if !child.seq.read_retry(cseq) {
                         let dir = DirPin::ByChild(dir);
-                        return Ok(Begun::Named(Named { child, _lock: lock, dir, name, trailing, w }));
+                        return Ok(Removal::Named(Named { child, _lock: lock, dir, name, trailing, w }));
                     }
                 }
-                Some(Ok(NameWalk::Missing(w, p))) => return self.lock_last(w, p),
+                Some(Ok(NameWalk::Missing(w, p))) => return self.lock_last_as(w, p, uncached),
                 None => {}
             }
         }
         let (w, p) = self.begin_parent(start, path)?;
-        self.lock_last(w, p)
+        self.lock_last_as(w, p, uncached)
     }
 
     /// Locks the last name of a walk that pinned its directory, and looks
     /// it up.
     pub(super) fn lock_last<'a, 'p>(&'a self, w: RefWalk<'a>, p: Parent<'a, 'p>) -> Result<Begun<'a, 'p>> {
+        self.lock_last_as(w, p, false).map(Removal::begun)
+    }
+
+    /// [`lock_last`](Self::lock_last); with `uncached`, a name the dcache
+    /// does not hold in a directory of the bound memfs is left without a
+    /// dentry ([`Uncached`]).
+    fn lock_last_as<'a, 'p>(&'a self, w: RefWalk<'a>, p: Parent<'a, 'p>, uncached: bool) -> Result<Removal<'a, 'p>> {
         let dc = self.dc();
         let Last::Normal(name) = p.last else {
-            return Ok(Begun::Other(p.last));
+            return Ok(Removal::Other(p.last));
         };
         let lock = lock_name(dc, &p.dir, name);
-        let child = dc.lookup_locked(&p.dir, name, None)?;
-        Ok(Begun::Named(Named { child, _lock: lock, dir: DirPin::Held(p.dir), name, trailing: p.trailing, w }))
+        let child = match dc.lookup_cached(&p.dir, name)? {
+            Some(d) => d,
+            None if uncached && bound_memfs_dir(&p.dir) => {
+                let (dir, trailing) = (p.dir, p.trailing);
+                return Ok(Removal::Uncached(Uncached { _lock: lock, dir, name, trailing, _w: w }));
+            }
+            None => dc.lookup_missed(&p.dir, name, None)?,
+        };
+        Ok(Removal::Named(Named { child, _lock: lock, dir: DirPin::Held(p.dir), name, trailing: p.trailing, w }))
     }
 
     /// The parent walk of an update: RCU-walk, pinning only the directory
