@@ -389,6 +389,52 @@ fn unlinks_of_uncached_names_make_no_dentry_and_answer_as_cached_ones() {
     assert_eq!(names.len(), 2, "left: {names:?}");
 }
 
+/// The same for rmdir: a directory the dcache does not hold is removed
+/// with no dentry made, and refused as a cached one is: ENOENT, ENOTDIR,
+/// ENOTEMPTY, EACCES, EPERM under the sticky bit; a trailing slash is
+/// allowed.
+#[test]
+fn rmdirs_of_uncached_names_make_no_dentry_and_answer_as_cached_ones() {
+    let root = vfs();
+    let alice = root.with_cred(Cred::new(1000, 1000, &[]));
+    let bob = root.with_cred(Cred::new(1001, 1001, &[]));
+    root.create_dir("/d").unwrap();
+    for i in 0..100 {
+        root.create_dir(format!("/d/s{i}")).unwrap();
+    }
+    root.write("/d/file", b"").unwrap();
+    root.create_dir("/d/full").unwrap();
+    root.write("/d/full/x", b"").unwrap();
+    root.create_dir("/tmp").unwrap();
+    root.set_permissions("/tmp", Permissions::from_mode(0o1777)).unwrap();
+    alice.create_dir("/tmp/a").unwrap();
+    root.drop_caches();
+    root.remove_dir("/d/s0").unwrap();
+    let (dentries, negative) = (root.stats().dentries, root.stats().negative_dentries);
+    for i in 1..100 {
+        let p = if i % 2 == 0 { format!("/d/s{i}/") } else { format!("/d/s{i}") };
+        root.remove_dir(p).unwrap();
+    }
+    assert_eq!(errno(&root.remove_dir("/d/s5")), libc::ENOENT);
+    assert_eq!(errno(&root.remove_dir("/d/file")), libc::ENOTDIR);
+    assert_eq!(errno(&root.remove_dir("/d/full")), libc::ENOTEMPTY);
+    assert_eq!(errno(&alice.remove_dir("/d/full")), libc::EACCES);
+    assert_eq!(
+        (root.stats().dentries, root.stats().negative_dentries),
+        (dentries, negative),
+        "rmdirs of uncached names made dentries"
+    );
+    assert_eq!(errno(&root.metadata("/d/s50")), libc::ENOENT);
+    assert_eq!(root.metadata("/d").unwrap().nlink(), 3, "/d's links: ., its name, full's ..");
+    root.drop_caches();
+    assert_eq!(errno(&bob.remove_dir("/tmp/a")), libc::EPERM);
+    root.drop_caches();
+    alice.remove_dir("/tmp/a").unwrap();
+    let mut names: Vec<_> = root.read_dir("/d").unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["file", "full"]);
+}
+
 #[test]
 fn setgid_directories_pass_their_group_down() {
     let root = vfs();

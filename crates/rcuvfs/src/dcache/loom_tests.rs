@@ -363,32 +363,52 @@ fn memfs_miss_vs_unlink(negative_target: usize) {
 /// removal.
 #[test]
 fn loom_uncached_unlink_vs_lookup() {
+    uncached_removal_vs_lookup(false);
+}
+
+/// The same for rmdir (`Vfs::rmdir_uncached`), whose memfs removal first
+/// closes the directory's index, then takes the parent's home lock.
+#[test]
+fn loom_uncached_rmdir_vs_lookup() {
+    uncached_removal_vs_lookup(true);
+}
+
+fn uncached_removal_vs_lookup(dir: bool) {
     use crate::fs::memfs::MemFs;
-    model(|| {
+    model(move || {
         let fs = Arc::new(MemFs::default());
         let dc = cache_over_bounded(fs.clone(), 1 << 18);
-        fs.create(fs.root(), b"x", 0o644, crate::fs::Owner { uid: 0, gid: 0 }).unwrap();
+        let owner = crate::fs::Owner { uid: 0, gid: 0 };
+        if dir {
+            fs.mkdir(fs.root(), b"x", 0o755, owner).unwrap();
+        } else {
+            fs.create(fs.root(), b"x", 0o644, owner).unwrap();
+        }
         // The name was added behind the cache: the root is not complete.
         dc.root().set_incomplete();
-        let unlinker = {
+        let remover = {
             let (dc, fs) = (dc.clone(), fs.clone());
             thread::spawn(move || {
                 let (root, sb) = (dc.root(), dc.root_sb());
                 let lock = dc.names.lock(super::name_hash(root, b"x"));
+                let ri = root.inode().unwrap();
                 match dc.lookup_cached(root, b"x").unwrap() {
                     Some(x) => {
-                        fs.unlink_bound(sb, root.inode().unwrap(), b"x").unwrap().unwrap();
+                        if dir {
+                            fs.rmdir(ri.ino, b"x").unwrap();
+                        } else {
+                            fs.unlink_bound(sb, ri, b"x").unwrap().unwrap();
+                        }
                         dc.d_delete(&x);
                     }
-                    None => {
-                        fs.unlink_bound_checked(sb, root.inode().unwrap(), b"x", |_| Ok(())).unwrap().unwrap();
-                    }
+                    None if dir => fs.rmdir_bound_checked(sb, ri, b"x", |_| Ok(())).unwrap().unwrap(),
+                    None => fs.unlink_bound_checked(sb, ri, b"x", |_| Ok(())).unwrap().unwrap(),
                 }
                 drop(lock);
             })
         };
         drop(dc.lookup_ref(dc.root(), b"x").unwrap());
-        unlinker.join().unwrap();
+        remover.join().unwrap();
         let positive = dc.d_lookup(dc.root(), b"x").map(|d| d.inode().is_some());
         assert_ne!(positive, Some(true), "a positive dentry of a removed name");
         check_cache(&dc);

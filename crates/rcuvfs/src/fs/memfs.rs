@@ -950,13 +950,49 @@ impl MemFs {
 
     /// Removes the empty directory `name` from `parent`.
     fn rmdir_entry(&self, parent: Ino, name: &[u8]) -> Result<()> {
-        let rcu = self.rcu();
-        let g = rcu.read_lock();
+        let g = self.rcu().read_lock();
         let dir = self.dir(&g, parent)?;
+        self.rmdir_in(&g, dir, name, |_| Ok(()))
+    }
+
+    /// For the VFS of the superblock `sb`, if this memfs is bound to it:
+    /// removes the empty directory `name` from `dir`, calling `check` with
+    /// the directory to remove before anything changes (the VFS's checks
+    /// of a removal whose name it has no dentry for; see
+    /// [`unlink_bound_checked`](Self::unlink_bound_checked)). `None` when
+    /// not bound.
+    pub(crate) fn rmdir_bound_checked(
+        &self,
+        sb: &Super,
+        dir: &Inode,
+        name: &[u8],
+        check: impl FnMut(&Inode) -> Result<()>,
+    ) -> Option<Result<()>> {
+        if !self.bound_to(sb) {
+            return None;
+        }
+        if dir.kind != FileType::Dir {
+            return Some(fail(ENOTDIR));
+        }
+        let g = self.rcu().read_lock();
+        Some(self.rmdir_in(&g, dir, name, check))
+    }
+
+    /// Removes the empty directory `name` from `dir`, if `check` allows the
+    /// directory it names (asked again if the name changes meanwhile).
+    fn rmdir_in(
+        &self,
+        g: &RcuGuard<'_>,
+        dir: &Inode,
+        name: &[u8],
+        mut check: impl FnMut(&Inode) -> Result<()>,
+    ) -> Result<()> {
+        let rcu = self.rcu();
         let key = name_key(name);
         loop {
-            let e = Self::find(&g, dir, name, key).ok_or_else(|| err(ENOENT))?;
+            let e = Self::find(g, dir, name, key).ok_or_else(|| err(ENOENT))?;
             let victim = e.inode();
+            check(victim)?;
             if victim.kind != FileType::Dir {
                 return fail(ENOTDIR);
             }
@@ -971,7 +1007,7 @@ impl MemFs {
                 crate::sync::index::Close::Closed => {}
             }
             let l = dir.entries.lock(key, rcu);
-            let now_e = Self::find_locked(&g, &l, name, key);
+            let now_e = Self::find_locked(g, &l, name, key);
             if !now_e.is_some_and(|x| ptr::eq(x, e) && ptr::eq(x.inode(), victim)) {
                 // Renamed or replaced meanwhile: as it was, and again.
                 drop(l);

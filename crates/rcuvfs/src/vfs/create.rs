@@ -234,7 +234,7 @@ impl Vfs {
         let n = match self.begin_named(dst_start, dst)? {
             Begun::Named(n) if std::ptr::eq(src_mnt, n.w.mnt()) => n,
             Begun::Named(_) => return fail(EXDEV),
-            Begun::Other(_) => {
+            Begun::Other => {
                 // "." or ".." or "/": the walk's mount decides EXDEV first,
                 // as before.
                 let (w, _) = self.begin_parent(dst_start, dst)?;

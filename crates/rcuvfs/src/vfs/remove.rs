@@ -5,7 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::walk::{Removal, Uncached};
-use super::{bytes, Begun, Entry, Start, Vfs};
+use super::{bytes, Entry, Start, Vfs};
 use crate::cred::{MAY_EXEC, MAY_WRITE};
 use crate::dcache::Dentry;
 use crate::error::{fail, Result, EACCES, EBUSY, EINVAL, EISDIR, ENOENT, ENOTDIR, ENOTEMPTY, EPERM};
@@ -57,7 +57,7 @@ impl Vfs {
         check_path(path)?;
         let _g = self.state.global();
         let dc = self.dc();
-        let n = match self.begin_unlink(start, path)? {
+        let n = match self.begin_removal(start, path)? {
             Removal::Named(n) => n,
             Removal::Uncached(u) => return self.unlink_uncached(u),
             Removal::Other(_) => return fail(EISDIR),
@@ -125,11 +125,12 @@ impl Vfs {
         // (`mount_on` takes it too). Names created in the victim meanwhile
         // are the filesystem's to refuse: its rmdir checks emptiness and
         // marks the directory removed in one step.
-        let n = match self.begin_named(start, path)? {
-            Begun::Named(n) => n,
-            Begun::Other(Last::Dot) => return fail(EINVAL),
-            Begun::Other(Last::DotDot) => return fail(ENOTEMPTY),
-            Begun::Other(_) => return fail(EBUSY),
+        let n = match self.begin_removal(start, path)? {
+            Removal::Named(n) => n,
+            Removal::Uncached(u) => return self.rmdir_uncached(u),
+            Removal::Other(Last::Dot) => return fail(EINVAL),
+            Removal::Other(Last::DotDot) => return fail(ENOTEMPTY),
+            Removal::Other(_) => return fail(EBUSY),
         };
         let (name, dir, victim) = (n.name, n.dir(), &n.child);
         let dir_inode = dir.inode().expect("positive directory");
@@ -148,6 +149,20 @@ impl Vfs {
         dc.shrink_tree(victim);
         dc.d_delete(victim);
         Ok(())
+    }
+
+    /// An rmdir of a name the dcache has no dentry for, in a directory of
+    /// the memfs bound to this Vfs (see [`Uncached`]): as
+    /// [`unlink_uncached`](Self::unlink_uncached), with `may_delete`'s
+    /// checks for a directory. With no dentry, the directory is no mount
+    /// point and no cached name is under it.
+    fn rmdir_uncached(&self, u: Uncached) -> Result<()> {
+        let dir_inode = u.dir.inode().expect("positive directory");
+        let sb = dir_inode.sb();
+        let m = sb.fs.as_memfs().expect("a directory of the bound memfs");
+        let dir_attr = dir_inode.access_attr();
+        let check = |vi: &Inode| self.may_delete_attrs(&dir_attr, &vi.access_attr(), true);
+        m.rmdir_bound_checked(sb, dir_inode, u.name, check).expect("bound for the superblock's life")
     }
 
     /// Removes `path` and everything under it; does not follow symlinks.

@@ -67,16 +67,19 @@ impl Named<'_, '_> {
     }
 }
 
-/// Where an update's walk ends: a name, locked, or ".", ".." or "/".
+/// Where an update's walk ends: a name, locked, or ".", ".." or "/"
+/// (`Other`: which one, [`Removal::Other`] says).
 pub(super) enum Begun<'a, 'p> {
     Named(Named<'a, 'p>),
-    Other(Last<'p>),
+    Other,
 }
 
-/// An unlink's last name, locked, that the dcache holds no dentry for, in
-/// a directory of the memfs bound to this Vfs: the unlink asks memfs alone
-/// and makes no dentry, which would only be killed again at once (and, past
-/// `dcache_target`, would first make the shrinker kill another). The name's
+/// The last name of an unlink or rmdir, locked, that the dcache holds no
+/// dentry for, in a directory of the memfs bound to this Vfs: the removal
+/// asks memfs alone and makes no dentry, which would only be killed again
+/// at once (and, past `dcache_target`, would first make the shrinker kill
+/// another). With no dentry, the name is no mount point and has no cached
+/// children. The name's
 /// lock keeps the dcache without one: every dentry of a name is made, or
 /// moved to it, under that name's lock.
 /// Fields drop in this order: the lock, then the directory.
@@ -89,7 +92,7 @@ pub(super) struct Uncached<'a, 'p> {
     pub(super) _w: RefWalk<'a>,
 }
 
-/// Where an unlink's walk ends ([`Vfs::begin_unlink`]).
+/// Where the walk of an unlink or rmdir ends ([`Vfs::begin_removal`]).
 pub(super) enum Removal<'a, 'p> {
     Named(Named<'a, 'p>),
     Uncached(Uncached<'a, 'p>),
@@ -101,7 +104,7 @@ impl<'a, 'p> Removal<'a, 'p> {
     fn begun(self) -> Begun<'a, 'p> {
         match self {
             Removal::Named(n) => Begun::Named(n),
-            Removal::Other(l) => Begun::Other(l),
+            Removal::Other(_) => Begun::Other,
             Removal::Uncached(_) => unreachable!("a name without its dentry where none was asked for"),
         }
     }
@@ -143,10 +146,10 @@ impl Vfs {
         self.begin_name(start, path, false).map(Removal::begun)
     }
 
-    /// [`begin_named`](Self::begin_named) for an unlink: a name the dcache
-    /// does not hold, in a directory of the memfs bound to this Vfs, is
-    /// [`Uncached`], with no dentry made for it.
-    pub(super) fn begin_unlink<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8]) -> Result<Removal<'a, 'p>> {
+    /// [`begin_named`](Self::begin_named) for an unlink or rmdir: a name
+    /// the dcache does not hold, in a directory of the memfs bound to this
+    /// Vfs, is [`Uncached`], with no dentry made for it.
+    pub(super) fn begin_removal<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8]) -> Result<Removal<'a, 'p>> {
         self.begin_name(start, path, true)
     }
 
