@@ -1010,3 +1010,48 @@ fn loom_exchange_with_an_unhashed_destination_leaves_no_complete_dir() {
         assert!(!(miss && dc.root().is_complete()), "/a exists (file 22) but a complete / answers a clean miss");
     });
 }
+
+/// A lookup's `d_add` of a name under a directory, racing that directory
+/// leaving the tree (`unhash_tree`, as `d_delete` of an rmdir'd directory
+/// someone else holds does): the new child must stay unhashed (the index
+/// was closed before its insert) or be found and unhashed by the walk,
+/// which `Index::close` makes sure of by waiting for the inserts in
+/// flight. Without that wait the child stayed hashed under the dead
+/// directory: the dentry counter disagrees with the tree. (From a review,
+/// which found it in the races test's removals.)
+#[test]
+fn loom_d_add_vs_unhash_tree() {
+    model(|| {
+        let dc = cache();
+        // A directory `d` (ino 2) under the root, cached.
+        add(&dc, b"d", 2);
+        let d = hold(&dc, b"d");
+        let d2 = hold(&dc, b"d");
+        let adder = {
+            let dc = dc.clone();
+            thread::spawn(move || {
+                thread::yield_now();
+                // SAFETY: held by `d`.
+                let dir = unsafe { &*(d.0 as *const super::Dentry) };
+                let _l = dc.names.lock(super::name_hash(dir, b"x"));
+                drop(dc.d_add(dir, b"x", std::ptr::null()));
+                drop(_l);
+                // SAFETY: the reference `hold` took, dropped once.
+                unsafe { dc.dput(dir) }
+            })
+        };
+        let remover = {
+            let dc = dc.clone();
+            thread::spawn(move || {
+                // SAFETY: held by `d2`.
+                let dir = unsafe { &*(d2.0 as *const super::Dentry) };
+                dc.unhash_tree(dir, true);
+                // SAFETY: the reference `hold` took, dropped once.
+                unsafe { dc.dput(dir) }
+            })
+        };
+        adder.join().unwrap();
+        remover.join().unwrap();
+        check_cache(&dc);
+    });
+}

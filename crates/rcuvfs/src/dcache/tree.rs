@@ -452,7 +452,8 @@ impl Dcache {
             }
             // Nothing is cached under it from now on: no miss is an answer.
             x.set_incomplete();
-            // Closed before it is read: no child is added behind us.
+            // Closed before it is read, and `close` waits for the inserts
+            // in flight: no child is added behind us.
             x.children.close(&self.rcu);
             x.children.for_each(&g, |c| stack.push(c));
             all.push(x);
