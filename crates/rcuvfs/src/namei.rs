@@ -286,7 +286,11 @@ impl Dcache {
     /// negative dentry (its placeholder, hashed before memfs's insert and
     /// positive after), an unlink's, rmdir's or rename's positive dentry
     /// (held by the remover until it is negative or moved, after memfs's
-    /// removal). So memfs's answer alone could disagree with what another
+    /// removal); or, for an unlink or rmdir of a name the dcache does not
+    /// hold (`Removal::Uncached`), no dentry at all, which leaves nothing in
+    /// the dcache to disagree with memfs: none can be made for the name
+    /// until the removal is done and the name's lock let go, and it is made
+    /// from memfs's answer. So memfs's answer alone could disagree with what another
     /// reader, later, finds in the dcache. Hence a second, clean probe of
     /// the dcache after memfs's: the changer put its dentry in the index
     /// before its memfs change, which this walk's memfs probe read

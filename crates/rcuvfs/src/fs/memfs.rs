@@ -56,7 +56,10 @@
 //! lock after `attrs`' is never needed (a link count is written under
 //! `attrs` and read under `refs`' lock, which comes first where both are
 //! held). memfs takes these after every VFS lock (the VFS calls it holding
-//! its name locks), and calls nothing of the VFS's while holding one.
+//! its name locks), and while holding one calls nothing of the VFS's but
+//! the checks an unlink or rmdir without a dentry hands it
+//! (`unlink_bound_checked`, `rmdir_bound_checked`), which read attributes
+//! and take no lock.
 //!
 //! A directory that is removed has its index closed first
 //! (`close_empty`, one CAS against inserts' reservations): `rmdir`

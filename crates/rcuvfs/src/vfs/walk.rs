@@ -193,7 +193,10 @@ impl Vfs {
         let lock = lock_name(dc, &p.dir, name);
         let child = match dc.lookup_cached(&p.dir, name)? {
             Some(d) => d,
-            None if uncached && bound_memfs_dir(&p.dir) => {
+            // In a complete directory the miss is the answer (ENOENT, with a
+            // negative dentry, below), as for a lookup: a name added behind
+            // the cache is not seen there.
+            None if uncached && bound_memfs_dir(&p.dir) && !dc.certainly_absent(&dc.rcu.read_lock(), &p.dir, name) => {
                 let (dir, trailing) = (p.dir, p.trailing);
                 return Ok(Removal::Uncached(Uncached { _lock: lock, dir, name, trailing, _w: w }));
             }
