@@ -643,13 +643,24 @@ impl Dcache {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
+        Some(self.parent_of(cred, w, d, name, end < path.len()))
+    }
+
+    /// The parent of an update's last name `name`, walked to and pinned
+    /// (`d`), checked: a directory the caller may search.
+    fn parent_of<'a, 'p>(
+        &'a self,
+        cred: &Cred,
+        w: RefWalk<'a>,
+        d: DRef<'a>,
+        name: &'p [u8],
+        trailing: bool,
+    ) -> Result<(RefWalk<'a>, Parent<'a, 'p>)> {
         if !d.is_dir() {
-            return Some(fail(ENOTDIR));
+            return fail(ENOTDIR);
         }
-        if let Err(e) = self.may_exec(cred, &d) {
-            return Some(Err(e));
-        }
-        Some(Ok((w, Parent { dir: d, last: Last::Normal(name), trailing: end < path.len() })))
+        self.may_exec(cred, &d)?;
+        Ok((w, Parent { dir: d, last: Last::Normal(name), trailing }))
     }
 
     /// The walk of an update to its last name, in RCU-walk, ending with a
@@ -662,9 +673,10 @@ impl Dcache {
     ///
     /// A name that is not cached ends the walk as `walk_parent_rcu` does,
     /// with its directory pinned ([`NameWalk::Missing`]), so that a create
-    /// does not walk its path twice. `None` when the name is "." or "..",
-    /// or on any race: the caller walks to the directory and pins it
-    /// instead.
+    /// does not walk its path twice; so does a directory on the way that
+    /// is not cached, from which the walk goes on in REF-walk. `None` when
+    /// the name is "." or "..", or on any race: the caller walks to the
+    /// directory and pins it instead.
     pub(crate) fn walk_name_rcu<'a, 'p>(
         &'a self,
         cred: &'a Cred,
@@ -686,7 +698,17 @@ impl Dcache {
         let ms = self.ns.seq.read_begin()?;
         let sseq = start.seq.read_begin()?;
         let mut w = RcuWalk::new(cred);
-        let (m, dir, dseq) = match self.walk_rcu(&guard, &mut w, mnt, start, sseq, dir_path, true)? {
+        let Some(r) = self.walk_rcu(&guard, &mut w, mnt, start, sseq, dir_path, true) else {
+            // A directory on the way is not cached: on from there in
+            // REF-walk, as `walk_rcu_pinned` goes on, not from the start
+            // again (the caller's `walk_parent_rcu` walked the whole path
+            // a second time in RCU-walk before it went on).
+            let (mut rw, d, rest) = self.unlazy(&guard, &w, dir_path)?;
+            drop(guard);
+            let r = self.walk(&mut rw, d, rest, true).and_then(|d| self.parent_of(cred, rw, d, name, end < path.len()));
+            return Some(r.map(|(rw, p)| NameWalk::Missing(rw, p)));
+        };
+        let (m, dir, dseq) = match r {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };

@@ -452,6 +452,55 @@ fn rmdirs_of_uncached_names_make_no_dentry_and_answer_as_cached_ones() {
     assert_eq!(names, ["file", "full"]);
 }
 
+/// Updates whose path crosses directories the dcache does not hold (after
+/// `drop_caches`): the walk goes on from the first one in REF-walk, and
+/// answers as a walk of cached directories does: ENOENT for a missing
+/// directory, ENOTDIR for a file on the way or as the parent, EACCES for
+/// a directory the caller may not search; creates, unlinks, mkdirs and
+/// renames go through.
+#[test]
+fn updates_through_uncached_directories_answer_as_through_cached_ones() {
+    let root = vfs();
+    let alice = root.with_cred(Cred::new(1000, 1000, &[]));
+    for d in ["/a", "/a/b", "/a/b/c", "/a/locked", "/a/locked/in"] {
+        root.create_dir(d).unwrap();
+    }
+    root.write("/a/b/file", b"").unwrap();
+    root.set_permissions("/a", Permissions::from_mode(0o777)).unwrap();
+    root.set_permissions("/a/b", Permissions::from_mode(0o777)).unwrap();
+    root.set_permissions("/a/b/c", Permissions::from_mode(0o777)).unwrap();
+    root.set_permissions("/a/locked", Permissions::from_mode(0o700)).unwrap();
+    let cases: [(&Vfs, &str, i32); 5] = [
+        (&root, "/a/nope/x", libc::ENOENT),
+        (&root, "/a/b/file/x", libc::ENOTDIR),
+        (&root, "/a/b/file/c/x", libc::ENOTDIR),
+        (&alice, "/a/locked/in/x", libc::EACCES),
+        (&alice, "/a/locked/x", libc::EACCES),
+    ];
+    for (v, p, want) in cases {
+        root.drop_caches();
+        assert_eq!(errno(&v.write(p, b"")), want, "create {p}");
+        root.drop_caches();
+        assert_eq!(errno(&v.remove_file(p)), want, "unlink {p}");
+        root.drop_caches();
+        assert_eq!(errno(&v.create_dir(p)), want, "mkdir {p}");
+    }
+    root.drop_caches();
+    alice.write("/a/b/c/new", b"x").unwrap();
+    root.drop_caches();
+    alice.create_dir("/a/b/c/sub").unwrap();
+    root.drop_caches();
+    alice.rename("/a/b/c/new", "/a/b/c/sub/moved").unwrap();
+    root.drop_caches();
+    assert_eq!(alice.read("/a/b/c/sub/moved").unwrap(), b"x");
+    root.drop_caches();
+    alice.remove_file("/a/b/c/sub/moved").unwrap();
+    root.drop_caches();
+    alice.remove_dir("/a/b/c/sub/").unwrap();
+    root.drop_caches();
+    assert_eq!(root.read_dir("/a/b/c").unwrap().count(), 0);
+}
+
 #[test]
 fn setgid_directories_pass_their_group_down() {
     let root = vfs();
