@@ -917,14 +917,20 @@ impl MemFs {
         name: &[u8],
         check: impl FnOnce(&Inode) -> Result<()>,
     ) -> Option<Result<()>> {
+        self.in_bound_dir(sb, dir, |g| self.unlink_in(g, dir, name, check))
+    }
+
+    /// Runs `f` in a read section on the directory `dir` of the VFS of
+    /// superblock `sb`, if this memfs is bound to it (`None` if not):
+    /// ENOTDIR if `dir` is no directory.
+    fn in_bound_dir(&self, sb: &Super, dir: &Inode, f: impl FnOnce(&RcuGuard<'_>) -> Result<()>) -> Option<Result<()>> {
         if !self.bound_to(sb) {
             return None;
         }
         if dir.kind != FileType::Dir {
             return Some(fail(ENOTDIR));
         }
-        let g = self.rcu().read_lock();
-        Some(self.unlink_in(&g, dir, name, check))
+        Some(f(&self.rcu().read_lock()))
     }
 
     /// Removes the non-directory `name` from `dir`, if `check` allows.
@@ -971,14 +977,7 @@ impl MemFs {
         name: &[u8],
         check: impl FnMut(&Inode) -> Result<()>,
     ) -> Option<Result<()>> {
-        if !self.bound_to(sb) {
-            return None;
-        }
-        if dir.kind != FileType::Dir {
-            return Some(fail(ENOTDIR));
-        }
-        let g = self.rcu().read_lock();
-        Some(self.rmdir_in(&g, dir, name, check))
+        self.in_bound_dir(sb, dir, |g| self.rmdir_in(g, dir, name, check))
     }
 
     /// Removes the empty directory `name` from `dir`, if `check` allows the
