@@ -352,7 +352,7 @@ fn memfs_miss_vs_unlink(negative_target: usize) {
 }
 
 /// An unlink of a name the dcache holds no dentry for, over the bound
-/// memfs, as the VFS does it (`Vfs::unlink_uncached`): the name's lock, a
+/// memfs, as the VFS does it (`Vfs::remove_uncached`): the name's lock, a
 /// cached lookup, and if it misses, memfs's removal with no dentry made
 /// (else the removal and `d_delete`), racing a lookup that caches memfs's
 /// answer. Every dentry of a name is made under its lock, so the lookup's
@@ -366,8 +366,9 @@ fn loom_uncached_unlink_vs_lookup() {
     uncached_removal_vs_lookup(false);
 }
 
-/// The same for rmdir (`Vfs::rmdir_uncached`), whose memfs removal first
-/// closes the directory's index, then takes the parent's home lock.
+/// The same for rmdir (`Vfs::remove_uncached` with `want_dir`), whose
+/// memfs removal first closes the directory's index, then takes the
+/// parent's home lock.
 #[test]
 fn loom_uncached_rmdir_vs_lookup() {
     uncached_removal_vs_lookup(true);

@@ -59,7 +59,7 @@ impl Vfs {
         let dc = self.dc();
         let n = match self.begin_removal(start, path)? {
             Removal::Named(n) => n,
-            Removal::Uncached(u) => return self.unlink_uncached(u),
+            Removal::Uncached(u) => return self.remove_uncached(u, false),
             Removal::Other(_) => return fail(EISDIR),
         };
         let (dir, victim) = (n.dir(), &n.child);
@@ -83,24 +83,30 @@ impl Vfs {
         Ok(())
     }
 
-    /// An unlink of a name the dcache has no dentry for, in a directory of
-    /// the memfs bound to this Vfs (see [`Uncached`]): memfs finds the
-    /// file, the checks of the unlink with a dentry run on it under memfs's
-    /// lock, in the same order (ENOENT, the trailing slash, then
-    /// `may_delete`), and memfs removes it. No dentry is made, so there is
-    /// none to kill.
-    fn unlink_uncached(&self, u: Uncached) -> Result<()> {
+    /// An unlink (or, `want_dir`, an rmdir) of a name the dcache has no
+    /// dentry for, in a directory of the memfs bound to this Vfs (see
+    /// [`Uncached`]): memfs finds the file, the checks of a removal with a
+    /// dentry run on it under memfs's lock, in the same order (ENOENT, an
+    /// unlink's trailing slash, then `may_delete`), and memfs removes it.
+    /// No dentry is made, so there is none to kill; and with none, the
+    /// name is no mount point and no cached name is under it.
+    fn remove_uncached(&self, u: Uncached, want_dir: bool) -> Result<()> {
         let dir_inode = u.dir.inode().expect("positive directory");
         let sb = dir_inode.sb();
         let m = sb.fs.as_memfs().expect("a directory of the bound memfs");
         let dir_attr = dir_inode.access_attr();
         let check = |vi: &Inode| {
-            if u.trailing {
+            if u.trailing && !want_dir {
                 return fail(if vi.kind == FileType::Dir { EISDIR } else { ENOTDIR });
             }
-            self.may_delete_attrs(&dir_attr, &vi.access_attr(), false)
+            self.may_delete_attrs(&dir_attr, &vi.access_attr(), want_dir)
         };
-        m.unlink_bound_checked(sb, dir_inode, u.name, check).expect("bound for the superblock's life")
+        let done = if want_dir {
+            m.rmdir_bound_checked(sb, dir_inode, u.name, check)
+        } else {
+            m.unlink_bound_checked(sb, dir_inode, u.name, check)
+        };
+        done.expect("bound for the superblock's life")
     }
 
     /// `rmdir`.
@@ -127,7 +133,7 @@ impl Vfs {
         // marks the directory removed in one step.
         let n = match self.begin_removal(start, path)? {
             Removal::Named(n) => n,
-            Removal::Uncached(u) => return self.rmdir_uncached(u),
+            Removal::Uncached(u) => return self.remove_uncached(u, true),
             Removal::Other(Last::Dot) => return fail(EINVAL),
             Removal::Other(Last::DotDot) => return fail(ENOTEMPTY),
             Removal::Other(_) => return fail(EBUSY),
@@ -149,20 +155,6 @@ impl Vfs {
         dc.shrink_tree(victim);
         dc.d_delete(victim);
         Ok(())
-    }
-
-    /// An rmdir of a name the dcache has no dentry for, in a directory of
-    /// the memfs bound to this Vfs (see [`Uncached`]): as
-    /// [`unlink_uncached`](Self::unlink_uncached), with `may_delete`'s
-    /// checks for a directory. With no dentry, the directory is no mount
-    /// point and no cached name is under it.
-    fn rmdir_uncached(&self, u: Uncached) -> Result<()> {
-        let dir_inode = u.dir.inode().expect("positive directory");
-        let sb = dir_inode.sb();
-        let m = sb.fs.as_memfs().expect("a directory of the bound memfs");
-        let dir_attr = dir_inode.access_attr();
-        let check = |vi: &Inode| self.may_delete_attrs(&dir_attr, &vi.access_attr(), true);
-        m.rmdir_bound_checked(sb, dir_inode, u.name, check).expect("bound for the superblock's life")
     }
 
     /// Removes `path` and everything under it; does not follow symlinks.

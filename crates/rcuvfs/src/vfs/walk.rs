@@ -79,9 +79,8 @@ pub(super) enum Begun<'a, 'p> {
 /// asks memfs alone and makes no dentry, which would only be killed again
 /// at once (and, past `dcache_target`, would first make the shrinker kill
 /// another). With no dentry, the name is no mount point and has no cached
-/// children. The name's
-/// lock keeps the dcache without one: every dentry of a name is made, or
-/// moved to it, under that name's lock.
+/// children. The name's lock keeps the dcache without one: every dentry
+/// of a name is made, or moved to it, under that name's lock.
 /// Fields drop in this order: the lock, then the directory.
 pub(super) struct Uncached<'a, 'p> {
     pub(super) _lock: NameGuard<'a>,
