@@ -18,7 +18,7 @@
 //! | bits   | meaning |
 //! |--------|---------|
 //! | 0      | `LOCK`: the home lock of the keys whose home this slot is |
-//! | 1      | `MOVED`: frozen by a resize; the next table is authoritative |
+//! | 1      | unused (it was `MOVED`, a mark each slot got from a resize: see "Resize") |
 //! | 2      | `PARKED`: a thread waits for `LOCK` to clear |
 //! | 3..48  | the value: `EMPTY` (0), `TOMBSTONE` (8), `VACATING` (16), or an entry's address (8-aligned, below 2^48) |
 //! | 48..64 | the tag: the top 16 bits of the hash the entry was inserted under (folded with its low 16 for some entry types, [`Indexed::FOLDED_TAGS`]), so that a probe skips most other keys without touching their entries, and a resize to at most 2^16 homes places entries without reading them |
@@ -90,15 +90,27 @@
 //!
 //! # Resize
 //!
-//! The resizer freezes slots in index order: it waits for each slot's
-//! `LOCK` to clear and sets `MOVED` by CAS, then copies the slot's entry to
-//! the new table. A writer never writes a frozen slot (its CAS would fail),
-//! and while a writer holds a home lock the resizer stops before it, so
-//! every slot at or after a held home is writable: a writer's probes go
-//! forward from its home. After the last slot, the new table is published;
-//! writers that found `MOVED` wait for that and start again there. Readers
-//! never wait: the old table stays valid, frozen and complete, until a
-//! grace period after its replacement.
+//! The resizer sets `RESIZING` in the table's header, then passes the
+//! slots in index order, waiting at each held home lock until it is let
+//! go; then it copies the entries to the new table and publishes it. A
+//! writer, after taking its home lock, looks at `RESIZING`: if set, it lets
+//! go at once, having written nothing, waits for the new table and starts
+//! again there. Both sides are `SeqCst` (the flag's RMW before the slot's
+//! load; the lock's CAS before the flag's load), so of a writer and a
+//! resizer one sees the other: either the writer sees the flag, or the
+//! resizer sees its lock (or, Acquire, its unlock and all it wrote before).
+//! A writer writes only slots at or after its home while it holds it (and
+//! a vacate's tombstones before it, which a copy skips either way), so once
+//! the resizer has passed every slot, nothing writes the old table: it
+//! stays valid, frozen and complete for readers, who never wait, until a
+//! grace period after its replacement. The flag stays set on a replaced
+//! table, so a writer that locks one late backs off too.
+//!
+//! (The resizer used to freeze each slot with a CAS that set a `MOVED`
+//! bit, which writers found on their home slot: a locked RMW per slot, the
+//! most of a resize's own time, and with several resizes per directory on
+//! the way to a thousand names, about a twentieth of a create's. A load
+//! per slot now.)
 //!
 //! # Orderings
 //!
@@ -106,10 +118,11 @@
 //!   reader load of a slot is `Acquire`: a reader sees the entry's fields
 //!   as initialized.
 //! - Publishing a table is a `Release` store; readers load it `Acquire`.
-//! - Taking a home lock is an `Acquire` CAS and releasing it a `Release` RMW:
-//!   a writer sees everything the previous holder wrote.
-//! - The resizer's freezing CAS is `AcqRel`: it reads the final value the
-//!   last writer released, and its copy happens after.
+//! - Taking a home lock is a `SeqCst` CAS (Acquire at least) and releasing
+//!   it a `Release` RMW: a writer sees everything the previous holder wrote.
+//! - The resizer's loads of the slots are `SeqCst` (Acquire at least): once
+//!   it sees a home unlocked it sees what its last holder wrote, and its
+//!   copy happens after. The `SeqCst` pairs are under "Resize".
 //! - The counts word is updated with `Relaxed` RMWs: it only steers resizes
 //!   (and `close_if_empty` reads it under the rule that inserts reserve
 //!   first, see `Counts`).
@@ -125,9 +138,8 @@ use super::atomic::{Ordering, SPIN_LIMIT};
 use super::rcu::{Rcu, RcuGuard};
 
 const LOCK: usize = 1;
-const MOVED: usize = 2;
 const PARKED: usize = 4;
-const FLAGS: usize = LOCK | MOVED | PARKED;
+const FLAGS: usize = LOCK | PARKED;
 const PTR: usize = 0x0000_ffff_ffff_fff8;
 const TAG_SHIFT: u32 = 48;
 const EMPTY: usize = 0;
@@ -808,10 +820,10 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             for s in t.slots() {
                 let mut spins = 0;
                 // Acquire: pairs with the insert's Release unlock, so the
-                // scan that follows sees its entry. A slot frozen by a
-                // resize was unlocked first (the resizer waits), and the
-                // new table holds the entry.
-                while s.load(Ordering::Acquire) & (LOCK | MOVED) == LOCK {
+                // scan that follows sees its entry. (A resize may have
+                // begun since: its writers still let go, and the new table
+                // holds the entry.)
+                while s.load(Ordering::Acquire) & LOCK != 0 {
                     wait_unlocked(s, &mut spins);
                 }
             }
@@ -894,18 +906,18 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         }
     }
 
-    /// After [`Moved`] (the home of `hash` was frozen), waits until the
+    /// After [`Moved`] (the table was being resized), waits until the
     /// table being resized is replaced, in a read section of its own. The
     /// failed lock's section has ended, so the table it saw may be gone and
     /// its address reused by a new current table, which a wait for that
     /// address to change would never see end (an ABA): the current table
-    /// is looked at afresh, and waited on only while its home of `hash` is
-    /// frozen, which says a resize will replace it.
+    /// is looked at afresh, and waited on only while it is being resized,
+    /// which says a resize will replace it.
     #[cold]
-    fn wait_moved(&self, hash: u64, rcu: &Rcu) {
+    fn wait_moved(&self, _hash: u64, rcu: &Rcu) {
         let _g = rcu.read_lock();
         let t = self.table_or_new();
-        if t.slots()[t.home(hash)].load(Ordering::Relaxed) & MOVED != 0 {
+        if t.header().resizing.load(Ordering::Relaxed) & RESIZING != 0 {
             self.wait_replaced(t);
         }
     }
@@ -928,15 +940,22 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         let mut spins = 0;
         loop {
             let v = s.load(Ordering::Relaxed);
-            if v & MOVED != 0 {
-                return Err(Moved);
-            }
             if v & LOCK == 0 {
                 // Acquire: pairs with the previous holder's Release unlock.
-                if s.compare_exchange_weak(v, v | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                // SeqCst, then the look at `RESIZING`: the resize protocol
+                // (module doc).
+                if s.compare_exchange_weak(v, v | LOCK, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
                     super::audit::shared_writes(1);
+                    let l = Locked { table: t, home, _index: PhantomData, _guard: guard };
+                    sc_fence();
+                    if t.header().resizing.load(Ordering::SeqCst) & RESIZING != 0 {
+                        // Let go (waking a waiter, who will see the same),
+                        // having written nothing.
+                        drop(l);
+                        return Err(Moved);
+                    }
                     preemption_point();
-                    return Ok(Locked { table: t, home, _index: PhantomData, _guard: guard });
+                    return Ok(l);
                 }
                 continue;
             }
@@ -1046,14 +1065,15 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
     /// is in a read section (so `t` is allocated).
     fn resize(&self, t: Table, bits: u32, rcu: &Rcu) {
         let h = t.header();
-        // SeqCst: see `set_closed`.
+        // SeqCst: see `set_closed`, and the writers' look at the flag after
+        // their lock (`lock_in`, module doc "Resize").
         if h.resizing.fetch_or(RESIZING, Ordering::SeqCst) & RESIZING != 0 {
             self.wait_replaced(t);
             return;
         }
         sc_fence();
         debug_assert!(ptr::eq(self.table.load(Ordering::Acquire), t.0), "a retired table is never resized");
-        freeze(t);
+        pass_writers(t);
         let mut bits = bits.max(if t.shards().is_some() { CONTENDED_BITS } else { MIN_BITS });
         let n = loop {
             if let Some(n) = copy::<T>(t, bits) {
@@ -1101,7 +1121,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
 /// Spins, then parks, while the slot `s` is locked.
 fn wait_unlocked(s: &AtomicUsize, spins: &mut u32) {
     let v = s.load(Ordering::Relaxed);
-    if v & LOCK == 0 || v & MOVED != 0 {
+    if v & LOCK == 0 {
         return;
     }
     if *spins < SPIN_LIMIT {
@@ -1113,10 +1133,9 @@ fn wait_unlocked(s: &AtomicUsize, spins: &mut u32) {
         return;
     }
     let addr = s as *const AtomicUsize as usize;
-    // Sleep only while locked and not frozen: a resize that freezes the
-    // slot wakes every waiter (`freeze`), and they go wait for the new
-    // table instead.
-    park(addr, || s.load(Ordering::Relaxed) & (LOCK | PARKED | MOVED) == LOCK | PARKED);
+    // Sleep only while locked: the holder's unlock wakes one waiter (every
+    // holder lets go, a writer that finds a resize under way at once).
+    park(addr, || s.load(Ordering::Relaxed) & (LOCK | PARKED) == LOCK | PARKED);
     *spins = 0;
 }
 
@@ -1180,27 +1199,18 @@ fn set_value(s: &AtomicUsize, value: usize) {
     }
 }
 
-/// Freezes every slot of `t`, in index order: waits for a held home lock to
-/// be released, then sets `MOVED`.
-fn freeze(t: Table) {
+/// Passes every slot of `t` in index order, waiting at each held home
+/// lock until it is let go; `RESIZING` is set, so a writer that locks a
+/// slot after this pass looked at it lets go without writing (module doc,
+/// "Resize"). Afterwards nothing writes `t`'s slots.
+fn pass_writers(t: Table) {
     for s in t.slots() {
         let mut spins = 0;
-        loop {
-            let v = s.load(Ordering::Relaxed);
-            if v & LOCK != 0 {
-                wait_unlocked(s, &mut spins);
-                continue;
-            }
-            // AcqRel: reads the value the last writer released, so the copy
-            // that follows sees it and what it points to.
-            if s.compare_exchange_weak(v, v | MOVED, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                if v & PARKED != 0 {
-                    // Threads that waited for this home lock must now wait
-                    // for the new table: no unlock will come to wake them.
-                    unpark_all(s as *const AtomicUsize as usize);
-                }
-                break;
-            }
+        // SeqCst: after the RMW of `RESIZING` (the resize protocol); an
+        // Acquire load, so a slot seen unlocked shows what its last
+        // holder wrote, and the copy that follows sees it.
+        while s.load(Ordering::SeqCst) & LOCK != 0 {
+            wait_unlocked(s, &mut spins);
         }
     }
 }
@@ -1238,7 +1248,7 @@ fn copy<T: Indexed>(old: Table, bits: u32) -> Option<Table> {
         let (mut i, w) = if from_tags {
             // The tag, the top 16 bits of the key's hash, was stored with
             // the entry under the key it has now (a key changes only under
-            // its home lock, and the freeze waited for every home lock
+            // its home lock, and the resize waited for every home lock
             // before this slot).
             ((v & TAG_BITS) >> (TAG_SHIFT + 16 - bits), e | (v & TAG_BITS))
         } else {
@@ -1430,8 +1440,7 @@ impl<T: Indexed> Locked<'_, T> {
             if e == EMPTY || e == TOMBSTONE {
                 preemption_point();
                 // Keep the slot's own lock bits (it may be another key's
-                // home). It cannot be MOVED: a resize stops at our home.
-                debug_assert!(v & MOVED == 0);
+                // home). No resize has copied it: one waits at our home.
                 // Release: publishes the entry's initialized fields; SeqCst
                 // for the vacate protocol (module doc).
                 if slots[i].compare_exchange(v, (v & (LOCK | PARKED)) | w, Ordering::SeqCst, Ordering::Relaxed).is_ok()
@@ -1474,9 +1483,10 @@ impl<T: Indexed> Locked<'_, T> {
             let s = &slots[i];
             let mut v = s.load(Ordering::Relaxed);
             loop {
-                // Not a tombstone any more (an insert reused it), or frozen
-                // by a resize (which drops it anyway).
-                if v & PTR != TOMBSTONE || v & MOVED != 0 {
+                // Not a tombstone any more (an insert reused it). (A resize
+                // does not copy this table while we vacate: our home lock
+                // was taken before it began, and it waits for it.)
+                if v & PTR != TOMBSTONE {
                     return;
                 }
                 // SeqCst: the vacate protocol (module doc).
