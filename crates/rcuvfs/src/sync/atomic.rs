@@ -257,10 +257,19 @@ pub const SPIN_LIMIT: u32 = 0;
 /// a parked waiter produces.
 #[cfg(loom)]
 pub fn loom_model(f: impl Fn() + Sync + Send + 'static) {
+    loom_model_bound(2, f)
+}
+
+/// [`loom_model`] with a preemption bound of `bound` (unless
+/// `LOOM_MAX_PREEMPTIONS` says otherwise): for a small model whose bad
+/// schedule needs more preemptions than two (a thread stopped between a
+/// look and its CAS while another runs a whole insert, which yields).
+#[cfg(loom)]
+pub fn loom_model_bound(bound: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     b.max_branches = 100_000;
     if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
+        b.preemption_bound = Some(bound);
     }
     b.check(move || {
         loom_lot::init();

@@ -25,7 +25,8 @@
 //!
 //! Legal value transitions in one table: `EMPTY -> entry`, `entry ->
 //! TOMBSTONE`, `TOMBSTONE -> entry`, `entry -> entry` (a replace under the
-//! same key), and `TOMBSTONE -> VACATING -> EMPTY | TOMBSTONE` (below).
+//! same key), and `TOMBSTONE -> VACATING -> EMPTY | TOMBSTONE` (below),
+//! which a remove may start from its entry (`entry -> VACATING`).
 //! Readers treat `VACATING` as a tombstone; inserters never claim it.
 //!
 //! Hence the readers' guarantee: an entry present in the index for the
@@ -43,7 +44,8 @@
 //! a look at the next slot, then `VACATING -> EMPTY` if it was empty, else
 //! back to `TOMBSTONE`; then the same for the tombstone before it, if any,
 //! which now ends the cluster. A remove does this for the slot it
-//! tombstoned. An insert that claimed a slot past its home then looks again
+//! tombstoned (or, when the slot after looks empty, it makes its entry
+//! `VACATING` at once: the same protocol from its second step). An insert that claimed a slot past its home then looks again
 //! at every slot it passed: on a `VACATING` one it waits for the answer; on
 //! an `EMPTY` one it takes its entry back out (a tombstone) and claims again
 //! from its home.
@@ -818,14 +820,11 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         let _g = rcu.read_lock();
         if let Some(t) = self.current() {
             for s in t.slots() {
-                let mut spins = 0;
                 // Acquire: pairs with the insert's Release unlock, so the
                 // scan that follows sees its entry. (A resize may have
                 // begun since: its writers still let go, and the new table
                 // holds the entry.)
-                while s.load(Ordering::Acquire) & LOCK != 0 {
-                    wait_unlocked(s, &mut spins);
-                }
+                wait_let_go(s, Ordering::Acquire);
             }
         }
     }
@@ -1205,13 +1204,33 @@ fn set_value(s: &AtomicUsize, value: usize) {
 /// "Resize"). Afterwards nothing writes `t`'s slots.
 fn pass_writers(t: Table) {
     for s in t.slots() {
-        let mut spins = 0;
         // SeqCst: after the RMW of `RESIZING` (the resize protocol); an
         // Acquire load, so a slot seen unlocked shows what its last
         // holder wrote, and the copy that follows sees it.
-        while s.load(Ordering::SeqCst) & LOCK != 0 {
-            wait_unlocked(s, &mut spins);
+        wait_let_go(s, Ordering::SeqCst);
+    }
+}
+
+/// Waits until the home lock in slot `s` is let go, for a thread that
+/// does not take it (a resizer, a close): `order` is its loads' ordering.
+/// The holder's unlock wakes one parked waiter; if that was us, those
+/// parked behind us would sleep on (the next holder, which would wake the
+/// next, may never come: a resize moves writers to the new table), so the
+/// wake-up is passed on to them all. They look at the slot again, and a
+/// writer that then takes the lock in a resized table lets go at once.
+/// (A review found the resizer's version of this lost wake-up; the old
+/// freezing CAS woke every waiter, `loom_resizer_and_writer_park_on_one_home`.)
+fn wait_let_go(s: &AtomicUsize, order: Ordering) {
+    let mut spins = 0;
+    loop {
+        let v = s.load(order);
+        if v & LOCK == 0 {
+            if v & PARKED != 0 {
+                unpark_all(s as *const AtomicUsize as usize);
+            }
+            return;
         }
+        wait_unlocked(s, &mut spins);
     }
 }
 
@@ -1473,11 +1492,10 @@ impl<T: Indexed> Locked<'_, T> {
     /// needs no home lock, only the CAS that makes it `VACATING`.
     fn vacate(&self, mut i: usize) {
         let slots = self.table.slots();
-        let empty = |j: usize, order| slots.get(j).is_none_or(|s| s.load(order) & PTR == EMPTY);
         loop {
             // A first look without a store: most tombstones inside a
             // cluster stay tombstones.
-            if !empty(i + 1, Ordering::Relaxed) {
+            if !self.ends_cluster(i) {
                 return;
             }
             let s = &slots[i];
@@ -1495,24 +1513,53 @@ impl<T: Indexed> Locked<'_, T> {
                     Err(x) => v = x,
                 }
             }
-            sc_fence();
-            let vacated = empty(i + 1, Ordering::SeqCst);
-            set_value(s, if vacated { EMPTY } else { TOMBSTONE });
-            if !vacated {
+            if !self.settle_vacating(i) {
                 return;
             }
-            match self.table.shards() {
-                Some(sh) => {
-                    sh.0[crate::sync::shard::current()].0.used.fetch_sub(1, Ordering::Relaxed);
-                }
-                // A table without shards has had none: every used slot
-                // was counted in the word.
-                None => {
-                    self.table.header().counts.fetch_sub(USED_ONE, Ordering::Relaxed);
-                }
-            }
+            self.count_out(0, 1);
             let Some(before) = i.checked_sub(1) else { return };
             i = before;
+        }
+    }
+
+    /// Whether the slot after `i` is empty now (a first look, Relaxed: the
+    /// vacate protocol looks again, `SeqCst`, once `i` is `VACATING`).
+    #[inline]
+    fn ends_cluster(&self, i: usize) -> bool {
+        self.table.slots().get(i + 1).is_none_or(|s| s.load(Ordering::Relaxed) & PTR == EMPTY)
+    }
+
+    /// The end of a vacate of slot `i`, which the caller made `VACATING`:
+    /// a second look at the next slot (`SeqCst`, after the CAS: the vacate
+    /// protocol), then `i` is `EMPTY` if that one is, else a tombstone
+    /// again. Whether it emptied `i` (the caller counts the slot out).
+    fn settle_vacating(&self, i: usize) -> bool {
+        let slots = self.table.slots();
+        sc_fence();
+        let vacated = slots.get(i + 1).is_none_or(|s| s.load(Ordering::SeqCst) & PTR == EMPTY);
+        set_value(&slots[i], if vacated { EMPTY } else { TOMBSTONE });
+        vacated
+    }
+
+    /// Counts `live` entries and `used` slots out: this thread's shard's,
+    /// or the word's in one RMW.
+    #[inline]
+    fn count_out(&self, live: u64, used: u64) {
+        match self.table.shards() {
+            Some(sh) => {
+                let mine = &sh.0[crate::sync::shard::current()].0;
+                if live != 0 {
+                    mine.live.fetch_sub(live as i64, Ordering::Relaxed);
+                }
+                if used != 0 {
+                    mine.used.fetch_sub(used as i64, Ordering::Relaxed);
+                }
+            }
+            // A table without shards has had none: every used slot was
+            // counted in the word.
+            None => {
+                self.table.header().counts.fetch_sub(live * LIVE_ONE + used * USED_ONE, Ordering::Relaxed);
+            }
         }
     }
 
@@ -1600,26 +1647,33 @@ impl<T: Indexed> Locked<'_, T> {
         let i = self.slot_of(p, hash)?;
         let s = &self.table.slots()[i];
         preemption_point();
+        // An entry that ends its cluster goes straight to `VACATING`, which
+        // readers take for a tombstone and inserters never claim: the
+        // vacate's first CAS, without the tombstone's before it. (Two
+        // locked RMWs, of three indexes, in every unlink; and the counts
+        // go out in one.)
+        let ends = self.ends_cluster(i);
+        let mark = if ends { VACATING } else { TOMBSTONE };
         // Only its key's writers (we hold their lock) change this value;
         // other bits may change (a lock of another home, PARKED).
         let mut v = s.load(Ordering::Relaxed);
         loop {
-            // Release: readers that see the tombstone see what came before.
-            match s.compare_exchange_weak(v, (v & (LOCK | PARKED)) | TOMBSTONE, Ordering::Release, Ordering::Relaxed) {
+            // Release: readers that see the tombstone see what came before;
+            // SeqCst: the vacate protocol (module doc).
+            match s.compare_exchange_weak(v, (v & (LOCK | PARKED)) | mark, Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(x) => v = x,
             }
         }
         super::audit::shared_writes(1);
-        match self.table.shards() {
-            Some(sh) => {
-                sh.0[crate::sync::shard::current()].0.live.fetch_sub(1, Ordering::Relaxed);
+        if ends && self.settle_vacating(i) {
+            self.count_out(1, 1);
+            if let Some(before) = i.checked_sub(1) {
+                self.vacate(before);
             }
-            None => {
-                self.table.header().counts.fetch_sub(LIVE_ONE, Ordering::Relaxed);
-            }
+        } else {
+            self.count_out(1, 0);
         }
-        self.vacate(i);
         Some((v & PTR) as *mut T)
     }
 
@@ -1648,7 +1702,7 @@ impl<T: Indexed> Drop for Locked<'_, T> {
         let s = &self.table.slots()[self.home];
         super::audit::shared_writes(1);
         // Release: pairs with the next holder's Acquire, and with a
-        // resizer's freezing CAS.
+        // resizer's loads (`pass_writers`).
         if s.fetch_and(!LOCK, Ordering::Release) & PARKED != 0 {
             let addr = s as *const AtomicUsize as usize;
             unpark_one(addr, |more| {
