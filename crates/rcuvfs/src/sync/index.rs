@@ -1673,6 +1673,11 @@ impl<T: Indexed> Locked<'_, T> {
             }
         } else {
             self.count_out(1, 0);
+            // Another look: the slot after may have emptied since the first
+            // (its entry removed by a writer of another home, whose vacate
+            // then stopped at our entry), leaving our tombstone at the end
+            // of its cluster. One load when it did not (helper-20's review).
+            self.vacate(i);
         }
         Some((v & PTR) as *mut T)
     }
