@@ -1992,6 +1992,118 @@ mod tests {
         }
     }
 
+    /// Many threads on few cores (their holders preempted, so waiters
+    /// park) insert and remove the same keys, so that writers park on one
+    /// another's home locks while the table grows and shrinks under them:
+    /// every thread finishes (a waiter parked behind a resize's pass was
+    /// once never woken: `wait_let_go`), and each key is in the index
+    /// exactly when the count of its inserts exceeds that of its removes.
+    #[test]
+    fn parked_writers_and_resizes_all_finish() {
+        let rcu = Arc::new(Rcu::new());
+        let ix = Arc::new(Index::<E>::new());
+        // 150 rounds: without the relay, two runs of two hung (release).
+        let (threads, rounds, keys) = match () {
+            _ if cfg!(miri) => (3, 2, 40u64),
+            _ if cfg!(debug_assertions) => (32, 60, 3_000),
+            _ => (32, 150, 3_000),
+        };
+        let done = Arc::new(StdU64::new(0));
+        // A watchdog: a lost wake-up shows as a hang, which the harness
+        // would wait out forever.
+        {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let t = std::time::Instant::now();
+                while done.load(O::Relaxed) < threads {
+                    if t.elapsed() > std::time::Duration::from_secs(if cfg!(miri) { 3_000 } else { 120 }) {
+                        eprintln!("parked_writers_and_resizes_all_finish: a thread never finished");
+                        std::process::abort();
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            });
+        }
+        let net: Arc<Vec<std::sync::atomic::AtomicI64>> = Arc::new((0..keys).map(|_| Default::default()).collect());
+        let ts: Vec<_> = (0..threads)
+            .map(|t| {
+                let (ix, rcu, done, net) = (ix.clone(), rcu.clone(), done.clone(), net.clone());
+                std::thread::spawn(move || {
+                    for r in 0..rounds {
+                        // Every thread walks the same keys, in an order of
+                        // its own: inserts where absent, then removes where
+                        // present; the table grows to thousands and shrinks.
+                        let ks = (0..keys).map(|i| (i * (2 * t + 1) + r) % keys);
+                        for (pass, k) in ks.clone().map(|k| (0, k)).chain(ks.map(|k| (1, k))) {
+                            let hash = h(k);
+                            loop {
+                                let mut l = ix.lock(hash, &rcu);
+                                let found =
+                                    l.find(hash, |e| if e.key == k { Probe::Stop(e as *const E) } else { Probe::Skip });
+                                match (pass, found) {
+                                    (0, None) => {
+                                        let p = entry(k);
+                                        match l.insert(p, hash) {
+                                            Ok(()) => {
+                                                net[k as usize].fetch_add(1, O::Relaxed);
+                                                break;
+                                            }
+                                            Err(InsertError::Full) => {
+                                                drop(l);
+                                                // SAFETY: never shared.
+                                                drop(unsafe { Box::from_raw(p as *mut E) });
+                                                ix.grow(&rcu);
+                                            }
+                                            Err(InsertError::Closed) => panic!("closed"),
+                                        }
+                                    }
+                                    (1, Some(p)) => {
+                                        let owned = l.take(p, hash).expect("found under the lock");
+                                        drop(l);
+                                        net[k as usize].fetch_sub(1, O::Relaxed);
+                                        struct S(*mut E);
+                                        // SAFETY: freed once, by the callback.
+                                        unsafe impl Send for S {}
+                                        let s = S(owned);
+                                        rcu.call_rcu(move || {
+                                            let s = s;
+                                            // SAFETY: removed; a grace period has passed.
+                                            drop(unsafe { Box::from_raw(s.0) });
+                                        });
+                                        ix.shrink_if_sparse(&rcu);
+                                        break;
+                                    }
+                                    _ => break,
+                                }
+                            }
+                        }
+                    }
+                    done.fetch_add(1, O::Relaxed);
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        for k in 0..keys {
+            let n = net[k as usize].load(O::Relaxed);
+            assert!(n == 0 || n == 1, "key {k}: {n} more inserts than removes");
+            assert_eq!(find(&ix, &rcu, k).is_some(), n == 1, "key {k}");
+        }
+        let left: i64 = net.iter().map(|n| n.load(O::Relaxed)).sum();
+        assert_eq!(ix.len(&rcu.read_lock()) as i64, left);
+        let g = rcu.read_lock();
+        let mut es = Vec::new();
+        ix.for_each(&g, |e| es.push(e as *const E));
+        drop(g);
+        drop(ix);
+        rcu.synchronize();
+        for p in es {
+            // SAFETY: the index is gone and a grace period has passed.
+            drop(unsafe { Box::from_raw(p as *mut E) });
+        }
+    }
+
     #[test]
     fn stable_keys_are_never_missed_while_others_churn_and_resize() {
         stable_keys_under_churn::<false>();
