@@ -45,10 +45,11 @@
 //! back to `TOMBSTONE`; then the same for the tombstone before it, if any,
 //! which now ends the cluster. A remove does this for the slot it
 //! tombstoned (or, when the slot after looks empty, it makes its entry
-//! `VACATING` at once: the same protocol from its second step). An insert that claimed a slot past its home then looks again
-//! at every slot it passed: on a `VACATING` one it waits for the answer; on
-//! an `EMPTY` one it takes its entry back out (a tombstone) and claims again
-//! from its home.
+//! `VACATING` at once: the same protocol from its second step). An insert
+//! that claimed a slot past its home then looks again at every slot it
+//! passed: on a `VACATING` one it waits for the answer; on an `EMPTY` one
+//! it takes its entry back out (a tombstone) and claims again from its
+//! home.
 //!
 //! Why no entry is ever hidden: an entry `K` claimed at slot `j` needs
 //! every slot from its home to `j` non-empty. All the steps (the vacater's
@@ -905,7 +906,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             let t = self.table_or_new();
             match self.lock_in(t, hash, g) {
                 Ok(l) => return l,
-                Err(Moved) => self.wait_moved(hash, rcu),
+                Err(Moved) => self.wait_moved(rcu),
             }
         }
     }
@@ -918,7 +919,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
     /// is looked at afresh, and waited on only while it is being resized,
     /// which says a resize will replace it.
     #[cold]
-    fn wait_moved(&self, _hash: u64, rcu: &Rcu) {
+    fn wait_moved(&self, rcu: &Rcu) {
         let _g = rcu.read_lock();
         let t = self.table_or_new();
         if t.header().resizing.load(Ordering::Relaxed) & RESIZING != 0 {
@@ -987,7 +988,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
                 Ok(l2) => return if swap { (l2, Some(l1)) } else { (l1, Some(l2)) },
                 Err(Moved) => {
                     drop(l1);
-                    second.0.wait_moved(second.1, rcu);
+                    second.0.wait_moved(rcu);
                 }
             }
         }
