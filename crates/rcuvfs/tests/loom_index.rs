@@ -170,6 +170,39 @@ fn loom_resizer_and_writer_park_on_one_home() {
     });
 }
 
+/// A close scanning for held home locks and a writer both park on one
+/// held home lock; the holder's unlock wakes the close first, which does
+/// not take the lock: unless it passes the wake-up on, the writer sleeps
+/// until some later unlock of that home, which may never come (loom
+/// reports a deadlock). `unhash_tree` closes a dead directory's index
+/// while lookups may still be adding to it.
+#[test]
+fn loom_close_and_writer_park_on_one_home() {
+    model(|| {
+        let rcu = Arc::new(Rcu::new());
+        let ix = Arc::new(Index::<E>::new());
+        for k in [1, 3] {
+            assert!(insert(&ix, &rcu, entry(k)));
+        }
+        let ts: Vec<_> = (0..2)
+            .map(|_| {
+                let (ix, rcu) = (ix.clone(), rcu.clone());
+                thread::spawn(move || {
+                    let mut l = ix.lock(h(2), &rcu);
+                    if l.find(h(2), |x| if x.key == 2 { Probe::Stop(()) } else { Probe::Skip }).is_none() {
+                        // Closed, or in: either is an answer.
+                        let _ = l.insert(entry(2) as *const E, h(2));
+                    }
+                })
+            })
+            .collect();
+        ix.close(&rcu);
+        for t in ts {
+            t.join().unwrap();
+        }
+    });
+}
+
 /// An entry with its home set: `home` in the first table (four homes),
 /// and a tag of its own.
 fn entry_at(key: u64, home: u64) -> usize {
