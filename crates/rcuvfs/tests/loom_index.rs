@@ -103,24 +103,32 @@ fn loom_same_key_inserted_once() {
     });
 }
 
+/// An index holding keys 1, 2 and 3 (three of its first table's four
+/// homes: the next insert, or a grow, resizes it), and a thread that takes
+/// key 2's home lock and removes it.
+fn three_keys_and_a_remover() -> (Arc<Rcu>, Arc<Index<E>>, thread::JoinHandle<()>) {
+    let rcu = Arc::new(Rcu::new());
+    let ix = Arc::new(Index::<E>::new());
+    let victim = entry(2);
+    for p in [entry(1), victim, entry(3)] {
+        assert!(insert(&ix, &rcu, p));
+    }
+    let remover = {
+        let (ix, rcu) = (ix.clone(), rcu.clone());
+        thread::spawn(move || {
+            let mut l = ix.lock(h(2), &rcu);
+            assert!(l.remove(victim as *const E, h(2)));
+        })
+    };
+    (rcu, ix, remover)
+}
+
 /// A remove racing an insert that resizes: the removed key is gone
 /// afterwards, every other is there, and the counts agree.
 #[test]
 fn loom_remove_vs_resize() {
     model(|| {
-        let rcu = Arc::new(Rcu::new());
-        let ix = Arc::new(Index::<E>::new());
-        let victim = entry(2);
-        for p in [entry(1), victim, entry(3)] {
-            assert!(insert(&ix, &rcu, p));
-        }
-        let remover = {
-            let (ix, rcu) = (ix.clone(), rcu.clone());
-            thread::spawn(move || {
-                let mut l = ix.lock(h(2), &rcu);
-                assert!(l.remove(victim as *const E, h(2)));
-            })
-        };
+        let (rcu, ix, remover) = three_keys_and_a_remover();
         let inserter = {
             let (ix, rcu) = (ix.clone(), rcu.clone());
             thread::spawn(move || assert!(insert(&ix, &rcu, entry(4))))
@@ -143,19 +151,7 @@ fn loom_remove_vs_resize() {
 #[test]
 fn loom_resizer_and_writer_park_on_one_home() {
     model(|| {
-        let rcu = Arc::new(Rcu::new());
-        let ix = Arc::new(Index::<E>::new());
-        let victim = entry(2);
-        for p in [entry(1), victim, entry(3)] {
-            assert!(insert(&ix, &rcu, p));
-        }
-        let holder = {
-            let (ix, rcu) = (ix.clone(), rcu.clone());
-            thread::spawn(move || {
-                let mut l = ix.lock(h(2), &rcu);
-                assert!(l.remove(victim as *const E, h(2)));
-            })
-        };
+        let (rcu, ix, holder) = three_keys_and_a_remover();
         let resizer = {
             let (ix, rcu) = (ix.clone(), rcu.clone());
             thread::spawn(move || ix.grow(&rcu)) // 3 used of 4 homes: resizes
