@@ -1,6 +1,7 @@
 //! The hash of a name, shared by the dcache's per-directory indexes (seeded
-//! with the parent dentry's address) and memfs's directories (seed 0): one
-//! function, so that neither imports the other for it. Written here, not
+//! with the parent dentry's address) and memfs's directories (seed 0), and
+//! the compare of two names: one function each, so that neither imports
+//! the other for it. Written here, not
 //! taken from a crate: it is on every lookup's path, and its tail handling
 //! is tuned for short names (see the comment in it).
 
@@ -23,4 +24,11 @@ pub(crate) fn name_hash(seed: u64, name: &[u8]) -> u64 {
     h = (h.rotate_left(5) ^ tail ^ name.len() as u64).wrapping_mul(K);
     h ^= h >> 29;
     h.wrapping_mul(K)
+}
+
+/// Byte equality without a call to `memcmp` for the short names that paths
+/// are made of (the dcache's and memfs's name compares).
+#[inline(always)]
+pub(crate) fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }

@@ -499,12 +499,7 @@ pub(crate) fn name_hash(parent: *const Dentry, name: &[u8]) -> u64 {
     crate::hash::name_hash(parent as usize as u64, name)
 }
 
-/// Byte equality without a call to `memcmp` for the short names that paths
-/// are made of.
-#[inline(always)]
-pub(crate) fn same_name(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
-}
+pub(crate) use crate::hash::same_name;
 
 /// A counted reference to a dentry (`dget`'d); `dput` on drop.
 pub(crate) struct DRef<'a> {

@@ -207,9 +207,13 @@ impl Dcache {
         // Stable: the inode changes only under d_lock, which we hold.
         let negative = d.inode.load(Ordering::Relaxed).is_null();
         let mut lists = self.lrus.shards[s].0.lock();
-        d.flags.fetch_and(!(LRU_SHARD_MASK | NEG_LRU), Ordering::Relaxed);
         let kind = if negative { NEG_LRU } else { 0 };
-        d.flags.fetch_or(ON_LRU | kind | (s as u32) << LRU_SHARD_SHIFT, Ordering::Relaxed);
+        let set = ON_LRU | kind | (s as u32) << LRU_SHARD_SHIFT;
+        // One RMW for the shard, the kind and `ON_LRU` (a lookup may set
+        // `REFERENCED` meanwhile, which the retry keeps); two before, of a
+        // create's sixty-odd.
+        let _ =
+            d.flags.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f & !(LRU_SHARD_MASK | NEG_LRU) | set));
         crate::sync::audit::shared_writes(1);
         // SAFETY: the shard lock is held; `d` is live (we hold its d_lock
         // and it is not dead) and on no list (`ON_LRU` clear, which cannot

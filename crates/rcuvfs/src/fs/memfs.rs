@@ -77,6 +77,7 @@ use super::{
 };
 use crate::error::{err, fail, Result, EEXIST, EINVAL, EISDIR, ENODATA, ENOENT, ENOSPC, ENOTDIR, ENOTEMPTY, EPERM};
 use crate::filemap::{Accounting, CacheMode, PageCache, PAGE};
+use crate::hash::same_name;
 use crate::inode::{Inode, InodeTable, Super};
 use crate::sync::atomic::{prefetch, AtomicPtr, Ordering};
 use crate::sync::index::{Index, Indexed, InsertError, Locked, Probe};
@@ -551,14 +552,15 @@ impl MemFs {
     }
 
     fn find<'g>(g: &'g RcuGuard<'_>, dir: &'g Inode, name: &[u8], key: u64) -> Option<&'g Dirent> {
-        dir.entries.find(g, key, |e| if e.name() == name { Probe::Stop(e) } else { Probe::Skip })
+        // `same_name`: no call to `memcmp` for a short name.
+        dir.entries.find(g, key, |e| if same_name(e.name(), name) { Probe::Stop(e) } else { Probe::Skip })
     }
 
     /// `name` in the index under its home lock `l`: present until the
     /// holder removes it, and readable for as long as `_g`, the caller's
     /// read section, lasts.
     fn find_locked<'g>(_g: &'g RcuGuard<'_>, l: &Locked<'_, Dirent>, name: &[u8], key: u64) -> Option<&'g Dirent> {
-        l.find(key, |e| if e.name() == name { Probe::Stop(e as *const Dirent) } else { Probe::Skip })
+        l.find(key, |e| if same_name(e.name(), name) { Probe::Stop(e as *const Dirent) } else { Probe::Skip })
             // SAFETY: entries are freed a grace period after their removal,
             // and `_g` is a read section.
             .map(|p| unsafe { &*p })
