@@ -1,9 +1,9 @@
 //! The hash of a name, shared by the dcache's per-directory indexes (seeded
 //! with the parent dentry's address) and memfs's directories (seed 0), and
 //! the compare of two names: one function each, so that neither imports
-//! the other for it. Written here, not
-//! taken from a crate: it is on every lookup's path, and its tail handling
-//! is tuned for short names (see the comment in it).
+//! the other for it. Written here, not taken from a crate: it is on every
+//! lookup's path, and its tail handling is tuned for short names (see the
+//! comment in it).
 
 /// FxHash-style, over `seed` and the name's bytes; the top bits, which
 /// pick an index's home slot, are mixed by the final multiply.

@@ -290,12 +290,12 @@ impl Dcache {
     /// hold (`Removal::Uncached`), no dentry at all, which leaves nothing in
     /// the dcache to disagree with memfs: none can be made for the name
     /// until the removal is done and the name's lock let go, and it is made
-    /// from memfs's answer. So memfs's answer alone could disagree with what another
-    /// reader, later, finds in the dcache. Hence a second, clean probe of
-    /// the dcache after memfs's: the changer put its dentry in the index
-    /// before its memfs change, which this walk's memfs probe read
-    /// (Acquire against the change's Release), so the second probe sees
-    /// that dentry (no clean miss: ask) or a later state of its slot.
+    /// from memfs's answer. So memfs's answer alone could disagree with
+    /// what another reader, later, finds in the dcache. Hence a second,
+    /// clean probe of the dcache after memfs's: the changer put its dentry
+    /// in the index before its memfs change, which this walk's memfs probe
+    /// read (Acquire against the change's Release), so the second probe
+    /// sees that dentry (no clean miss: ask) or a later state of its slot.
     #[cold]
     #[inline(never)]
     pub(crate) fn fs_probe<'g>(
