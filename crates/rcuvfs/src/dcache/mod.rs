@@ -155,6 +155,11 @@ pub(crate) struct Dcache {
     root: *const Dentry,
     /// Every live superblock (`*const Super`), the root one first.
     supers: Mutex<Vec<*const Super>>,
+    /// Live superblocks whose filesystem is not a memfs: its calls may
+    /// block (a host directory, etcd, a FUSE server), so an update does not
+    /// hold a read section across them ([`hold_update`](Self::hold_update)).
+    /// Plain std atomic: read as a hint, part of no protocol.
+    blocking_supers: std::sync::atomic::AtomicUsize,
     /// How every superblock's inode list is locked.
     inode_list: ListMode,
     pub counters: Arc<LiveCounters>,
@@ -212,6 +217,7 @@ impl Dcache {
             complete_dirs: o.complete_dirs,
             root: ptr::null(),
             supers: Mutex::new(Vec::new()),
+            blocking_supers: Default::default(),
             inode_list: o.inode_list,
             // The shrinker reads the approximate count and allows a slack
             // of 1/64 of the target: the counters' error (shards times
@@ -263,6 +269,9 @@ impl Dcache {
         // SAFETY: just allocated, live.
         Self::alias_add(inode, unsafe { &*root });
         self.counters.add_dentry(1, false);
+        if sbr.fs.as_memfs().is_none() {
+            self.blocking_supers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.supers.lock().push(sb);
         Ok(sb)
     }
@@ -398,6 +407,21 @@ impl Dcache {
         }
     }
 
+    /// One read section for a whole update ([`Rcu::hold`]): the sections
+    /// of its walk, its lookups, its index inserts and removes and its
+    /// last `dput` then nest in it for a thread-local count each, instead
+    /// of seize's enter and leave (a create entered eight, an unlink seven).
+    /// `None` while a filesystem whose calls may block is mounted: an
+    /// update's filesystem call would run inside the section, and a call
+    /// that blocks for seconds (etcd without a quorum) would hold back
+    /// every object retired meanwhile, by every thread. Taken after the
+    /// `global` mode's lock: `drop_caches` waits for a grace period
+    /// holding it.
+    #[inline]
+    pub(crate) fn hold_update(&self) -> Option<crate::sync::RcuGuard<'_>> {
+        (self.blocking_supers.load(std::sync::atomic::Ordering::Relaxed) == 0).then(|| self.rcu.hold())
+    }
+
     /// Tears down a superblock whose last mount is gone (`kill_super`,
     /// `shrink_dcache_for_umount`): no handle, file or mount uses any of its
     /// dentries, so every one is unused; they go, then its root, then its
@@ -409,6 +433,9 @@ impl Dcache {
         self.supers.lock().retain(|&x| !std::ptr::eq(x, sb));
         // SAFETY: the caller dropped the last mount; nothing else frees it.
         let sbr = unsafe { &*sb };
+        if sbr.fs.as_memfs().is_none() {
+            self.blocking_supers.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let root = sbr.root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry;
         // SAFETY: the root is pinned until below.
         let r = unsafe { &*root };

@@ -307,6 +307,9 @@ pub struct Rcu {
     /// from a destructor run then is freed at once.
     #[cfg(not(any(loom, feature = "tsan")))]
     dropping: std::sync::atomic::AtomicBool,
+    /// Its name in a thread's [`Held`].
+    #[cfg(not(any(loom, feature = "tsan")))]
+    id: u64,
     #[cfg(any(loom, feature = "tsan"))]
     deferred: DeferMutex<Vec<Callback>>,
     #[cfg(loom)]
@@ -336,8 +339,13 @@ type Callback = Box<dyn FnOnce() + Send>;
 /// A read-side critical section. Everything reached through RCU-protected
 /// pointers while it lives stays allocated. Not `Send`: it marks this thread.
 pub struct RcuGuard<'a> {
+    /// seize's guard, for a section of a domain other than the one this
+    /// thread's [`HELD`] counts; `None`: counted there.
     #[cfg(not(any(loom, feature = "tsan")))]
-    _guard: seize::LocalGuard<'a>,
+    own: Option<seize::LocalGuard<'a>>,
+    /// This guard is its section's holder ([`Rcu::hold`]).
+    #[cfg(not(any(loom, feature = "tsan")))]
+    holder: bool,
     #[cfg(all(not(loom), feature = "tsan"))]
     _rcu: core::marker::PhantomData<(&'a Rcu, *const ())>,
     #[cfg(loom)]
@@ -352,6 +360,111 @@ impl Drop for RcuGuard<'_> {
         self.rcu.read_unlock();
     }
 }
+
+#[cfg(not(any(loom, feature = "tsan")))]
+impl Drop for RcuGuard<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // A guard of its own (not the holder's) drops with the struct.
+        if self.own.is_none() || self.holder {
+            self.drop_counted();
+        }
+    }
+}
+
+#[cfg(not(any(loom, feature = "tsan")))]
+impl RcuGuard<'_> {
+    /// Drops a guard that [`HELD`] counts: the last one leaves the section.
+    #[inline(always)]
+    fn drop_counted(&mut self) {
+        HELD.with(|h| {
+            let d = h.depth.get() - 1;
+            h.depth.set(d);
+            if d == 0 {
+                h.id.set(0);
+                if self.own.is_none() {
+                    h.leave_stored();
+                }
+                // Else the holder's own guard, the last, drops with it.
+            } else if self.holder {
+                h.store(self.own.take());
+            }
+        });
+    }
+}
+
+/// The read section of a domain that a thread holds for a whole update,
+/// counted (written here: the product).
+///
+/// seize counts nested guards itself, but each enter, nested or not, looks
+/// its thread and reservation up (about 8 ns here), and an outermost one
+/// also stores and exchanges its reservation's word (about 5 ns more). A
+/// create entered eight sections one after another, a seventh of its time.
+/// [`Rcu::hold`] enters one for the whole update and names its domain here;
+/// the sections nested in it then only count (a thread-local add, about
+/// 3 ns with the drop's subtract). The holder keeps seize's guard; if it
+/// drops before guards nested in it (a `Locked` kept past the update's
+/// scope, say), it leaves that guard in this slot, and the last counted
+/// guard to drop drops it. A read section of a domain not held here is
+/// seize's alone ([`Rcu::read_lock`] costs one thread-local load more), so
+/// a lookup outside any update enters and leaves as it did.
+///
+/// A domain is named by its `id`, not its address: a guard leaked with
+/// `mem::forget` keeps the slot counted for good, and a new `Rcu` at the
+/// old one's address must not pass for it.
+#[cfg(not(any(loom, feature = "tsan")))]
+struct Held {
+    /// The held domain's `id`; 0: none.
+    id: core::cell::Cell<u64>,
+    /// Guards counted, the holder's among them.
+    depth: core::cell::Cell<usize>,
+    /// seize's guard once the holder dropped before the guards nested in
+    /// it. Its lifetime is the domain's: no counted guard outlives the
+    /// `Rcu` it borrows, and the last one drops this.
+    guard: core::cell::UnsafeCell<core::mem::MaybeUninit<seize::LocalGuard<'static>>>,
+}
+
+#[cfg(not(any(loom, feature = "tsan")))]
+impl Held {
+    /// Keeps the holder's guard, which dropped before guards nested in it.
+    #[cold]
+    #[inline(never)]
+    fn store(&self, g: Option<seize::LocalGuard<'_>>) {
+        let g = g.expect("the holder's guard");
+        // SAFETY: only the lifetime changes; the last counted guard, which
+        // borrows the same domain, drops it (see `guard`). The slot is
+        // empty: one holder per section, and this is it.
+        unsafe {
+            (*self.guard.get()).write(core::mem::transmute::<seize::LocalGuard<'_>, seize::LocalGuard<'static>>(g))
+        };
+    }
+
+    /// Drops the guard the holder left here: the thread leaves the
+    /// section. The slot is free first (`id` is 0), so that whatever the
+    /// leave runs (seize's reclaimers) may enter a section of its own.
+    #[cold]
+    #[inline(never)]
+    fn leave_stored(&self) {
+        // SAFETY: written by `store` when the holder dropped with guards
+        // still counted; read once, by the last of them.
+        drop(unsafe { (*self.guard.get()).assume_init_read() });
+    }
+}
+
+#[cfg(not(any(loom, feature = "tsan")))]
+thread_local! {
+    static HELD: Held = const {
+        Held {
+            id: core::cell::Cell::new(0),
+            depth: core::cell::Cell::new(0),
+            guard: core::cell::UnsafeCell::new(core::mem::MaybeUninit::uninit()),
+        }
+    };
+}
+
+/// Each `Rcu`'s [`Held`] name, from 1.
+#[cfg(not(any(loom, feature = "tsan")))]
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Default for Rcu {
     fn default() -> Self {
@@ -370,6 +483,8 @@ impl Rcu {
             peak: Default::default(),
             #[cfg(not(any(loom, feature = "tsan")))]
             dropping: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(not(any(loom, feature = "tsan")))]
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             #[cfg(any(loom, feature = "tsan"))]
             deferred: DeferMutex::new(Vec::new()),
             #[cfg(loom)]
@@ -399,14 +514,23 @@ impl Rcu {
             }
         }
         #[cfg(not(any(loom, feature = "tsan")))]
-        let guard = {
+        let own = {
+            let counted = HELD.with(|h| {
+                let counted = h.id.get() == self.id;
+                if counted {
+                    h.depth.set(h.depth.get() + 1);
+                }
+                counted
+            });
             // One load of a line that changes only when a thread with a
             // higher id than any before enters: the padding's bound.
-            self.enter()
+            (!counted).then(|| self.enter())
         };
         RcuGuard {
             #[cfg(not(any(loom, feature = "tsan")))]
-            _guard: guard,
+            own,
+            #[cfg(not(any(loom, feature = "tsan")))]
+            holder: false,
             #[cfg(all(not(loom), feature = "tsan"))]
             _rcu: core::marker::PhantomData,
             #[cfg(loom)]
@@ -414,6 +538,50 @@ impl Rcu {
             #[cfg(loom)]
             _not_send: core::marker::PhantomData,
         }
+    }
+
+    /// A [`read_lock`](Self::read_lock) that does not look for a section
+    /// this thread holds ([`hold`](Self::hold)): seize's enter, as if none
+    /// were. For read paths that never run inside a hold (a stat), where
+    /// the look, a thread-local load and a branch, cost a hot stat 3 ns
+    /// (46.5 to 49.5). Correct inside one too (seize nests), only not
+    /// counted there.
+    #[inline(always)]
+    pub fn read_lock_unheld(&self) -> RcuGuard<'_> {
+        #[cfg(not(any(loom, feature = "tsan")))]
+        {
+            RcuGuard { own: Some(self.enter()), holder: false }
+        }
+        #[cfg(any(loom, feature = "tsan"))]
+        self.read_lock()
+    }
+
+    /// Enters a read section meant to hold a whole update: the sections
+    /// entered while it lives, on this thread and of this domain, nest in
+    /// it for a thread-local count ([`Held`]) instead of seize's enter and
+    /// leave. Otherwise a [`read_lock`](Self::read_lock), and nested in
+    /// one if this thread already holds the domain. What a read section
+    /// forbids applies to everything the update does meanwhile: it must not
+    /// wait for a grace period of this domain (`synchronize`,
+    /// `grace_period`, `barrier`), nor for a thread that may be waiting for
+    /// one.
+    #[inline(always)]
+    pub fn hold(&self) -> RcuGuard<'_> {
+        #[cfg(not(any(loom, feature = "tsan")))]
+        {
+            let holds = HELD.with(|h| {
+                if h.id.get() != 0 {
+                    return false;
+                }
+                h.id.set(self.id);
+                h.depth.set(1);
+                true
+            });
+            if holds {
+                return RcuGuard { own: Some(self.enter()), holder: true };
+            }
+        }
+        self.read_lock()
     }
 
     /// Ends this thread's outermost read section (loom stand-in): flags
@@ -982,6 +1150,115 @@ mod tests {
         });
         entered_rx.recv().unwrap();
         (reader, leave_tx)
+    }
+
+    /// Runs `inside` on a thread of its own, which calls the function it
+    /// is given once it has entered what it means to test; checks that a
+    /// grace period of `gp_of` (asked for then) started then waits (200
+    /// ms) until the thread has left, and ends after.
+    fn grace_period_waits_for(gp_of: impl FnOnce() -> Arc<Rcu>, inside: impl FnOnce(&dyn Fn()) + Send + 'static) {
+        let (in_tx, in_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            inside(&|| {
+                in_tx.send(()).unwrap();
+                let _ = go_rx.recv();
+            })
+        });
+        in_rx.recv().unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let (d, r) = (done.clone(), gp_of());
+        let gp = std::thread::spawn(move || {
+            r.grace_period();
+            d.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!done.load(Ordering::SeqCst), "a grace period ended while the reader was inside");
+        go_tx.send(()).unwrap();
+        reader.join().unwrap();
+        gp.join().unwrap();
+        assert!(done.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_section_nested_in_a_hold_outlives_its_holder() {
+        let rcu = Arc::new(Rcu::new());
+        let r = rcu.clone();
+        grace_period_waits_for(
+            || rcu.clone(),
+            move |inside| {
+                let holder = r.hold();
+                let nested = r.read_lock();
+                drop(holder);
+                inside();
+                drop(nested);
+            },
+        );
+        // The thread's slot is free again: a new hold holds, and a section
+        // nested in it is one.
+        let r = rcu.clone();
+        grace_period_waits_for(
+            || rcu.clone(),
+            move |inside| {
+                let holder = r.hold();
+                let nested = r.hold();
+                let deeper = r.read_lock();
+                drop(nested);
+                drop(holder);
+                inside();
+                drop(deeper);
+            },
+        );
+    }
+
+    #[test]
+    fn a_hold_is_a_section_while_it_lives() {
+        let rcu = Arc::new(Rcu::new());
+        let r = rcu.clone();
+        grace_period_waits_for(
+            || rcu.clone(),
+            move |inside| {
+                let holder = r.hold();
+                drop(r.read_lock());
+                inside();
+                drop(holder);
+            },
+        );
+    }
+
+    #[test]
+    fn a_section_of_another_domain_inside_a_hold_is_its_own() {
+        let (a, b) = (Arc::new(Rcu::new()), Arc::new(Rcu::new()));
+        let (ra, rb) = (a.clone(), b.clone());
+        grace_period_waits_for(
+            || b,
+            move |inside| {
+                let holder = ra.hold();
+                let other = rb.hold();
+                drop(holder);
+                inside();
+                drop(other);
+            },
+        );
+    }
+
+    #[test]
+    fn a_leaked_hold_does_not_count_for_a_new_domain() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        grace_period_waits_for(
+            move || rx.recv().unwrap(),
+            move |inside| {
+                let a = Rcu::new();
+                std::mem::forget(a.hold());
+                drop(a);
+                // A new domain, perhaps where the old one was.
+                let c = Arc::new(Rcu::new());
+                tx.send(c.clone()).unwrap();
+                let g = c.read_lock();
+                inside();
+                drop(g);
+            },
+        );
     }
 
     #[test]

@@ -76,7 +76,8 @@ impl Vfs {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
-        let guard = dc.rcu.read_lock();
+        // No update holds a section around a stat.
+        let guard = dc.rcu.read_lock_unheld();
         let sseq = s.seq.read_begin()?;
         let mut w = RcuWalk::new(&self.cred);
         let Some(r) = dc.walk_rcu(&guard, &mut w, m, s, sseq, path, follow) else {

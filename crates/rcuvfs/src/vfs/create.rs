@@ -104,6 +104,8 @@ impl Vfs {
         let kind = node.kind();
         check_path(path)?;
         let _g = self.state.global();
+        // One read section for the whole update (`Dcache::hold_update`).
+        let _rcu = self.dc().hold_update();
         let Begun::Named(n) = self.begin_named(start, path)? else {
             return fail(EEXIST);
         };

@@ -49,6 +49,9 @@ impl Vfs {
         opts.validate()?;
         check_path(path)?;
         let _g = self.state.global();
+        // The walk, the create and the open nest their read sections in
+        // this one (`Dcache::hold_update`).
+        let _rcu = self.dc().hold_update();
         let mut tries = 0;
         loop {
             let (w, d, created) = if opts.create_any() {

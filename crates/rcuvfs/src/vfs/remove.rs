@@ -57,6 +57,8 @@ impl Vfs {
         check_path(path)?;
         let _g = self.state.global();
         let dc = self.dc();
+        // One read section for the whole update (`Dcache::hold_update`).
+        let _rcu = dc.hold_update();
         let n = match self.begin_removal(start, path)? {
             Removal::Named(n) => n,
             Removal::Uncached(u) => return self.remove_uncached(u, false),
@@ -127,6 +129,8 @@ impl Vfs {
         check_path(path)?;
         let _g = self.state.global();
         let dc = self.dc();
+        // One read section for the whole update (`Dcache::hold_update`).
+        let _rcu = dc.hold_update();
         // The victim's name is locked: nothing is mounted on it meanwhile
         // (`mount_on` takes it too). Names created in the victim meanwhile
         // are the filesystem's to refuse: its rmdir checks emptiness and

@@ -46,6 +46,8 @@ impl Vfs {
         check_path(to)?;
         let _g = self.state.global();
         let dc = self.dc();
+        // One read section for the whole update (`Dcache::hold_update`).
+        let _rcu = dc.hold_update();
         let (w1, op) = self.begin_parent(s1, from)?;
         let (w2, np) = self.begin_parent(s2, to)?;
         if !std::ptr::eq(w1.mnt(), w2.mnt()) {
