@@ -416,7 +416,10 @@ impl Dcache {
     /// that blocks for seconds (etcd without a quorum) would hold back
     /// every object retired meanwhile, by every thread. Taken after the
     /// `global` mode's lock: `drop_caches` waits for a grace period
-    /// holding it.
+    /// holding it. (A mount of such a filesystem made while an update
+    /// runs, after its look here, may be crossed by that update's walk
+    /// inside the section: grace periods wait for that one call; no
+    /// filesystem call waits for a grace period of this domain.)
     #[inline]
     pub(crate) fn hold_update(&self) -> Option<crate::sync::RcuGuard<'_>> {
         (self.blocking_supers.load(std::sync::atomic::Ordering::Relaxed) == 0).then(|| self.rcu.hold())
@@ -454,10 +457,14 @@ impl Dcache {
             self.rcu.retire_box(root as *mut Dentry);
         }
         sbr.itable.clear(sbr, &self.counters, &self.rcu);
+        // Direct: its filesystem's destructor may block (an etcd lease
+        // revoked) or take long (a memfs tree walked), and run from a
+        // shard's drain it would run inside whatever section the draining
+        // thread holds, an update's among them (`hold_update`).
         // SAFETY: off the list, with no dentry, inode or mount left.
-        unsafe { self.rcu.retire_box(sb as *mut Super) };
-        // Out now, not when this shard's list fills: the superblock holds
-        // its filesystem, and with it a tree's memory (an unmounted memfs).
+        unsafe { self.rcu.retire_box_direct(sb as *mut Super) };
+        // The rest out now, not when this shard's list fills: its dentries
+        // and inodes, a tree's memory (an unmounted memfs).
         self.rcu.expedite();
     }
 }

@@ -569,16 +569,16 @@ impl Rcu {
     pub fn hold(&self) -> RcuGuard<'_> {
         #[cfg(not(any(loom, feature = "tsan")))]
         {
-            let holds = HELD.with(|h| {
-                if h.id.get() != 0 {
-                    return false;
-                }
-                h.id.set(self.id);
-                h.depth.set(1);
-                true
-            });
-            if holds {
-                return RcuGuard { own: Some(self.enter()), holder: true };
+            if HELD.with(|h| h.id.get() == 0) {
+                // seize's enter first, the slot after: were the enter to
+                // unwind (an allocation failure that panics), no later
+                // guard is counted in a section never entered.
+                let g = self.enter();
+                HELD.with(|h| {
+                    h.id.set(self.id);
+                    h.depth.set(1);
+                });
+                return RcuGuard { own: Some(g), holder: true };
             }
         }
         self.read_lock()
@@ -693,6 +693,33 @@ impl Rcu {
                 drop(unsafe { Box::from_raw(p.0) });
             });
         }
+    }
+
+    /// Frees `ptr` (allocated by `Box`) after a grace period, in a direct
+    /// batch of its own: by the thread that ends the grace period, as it
+    /// leaves its outermost read section, never from another thread's
+    /// `drain` (which may run inside a read section an update holds). For
+    /// an object whose destructor may block or wait (a superblock: its
+    /// filesystem may revoke an etcd lease, or walk a whole memfs tree).
+    ///
+    /// # Safety
+    /// As [`retire_box`](Self::retire_box).
+    pub unsafe fn retire_box_direct<T: Send + 'static>(&self, ptr: *mut T) {
+        #[cfg(not(any(loom, feature = "tsan")))]
+        {
+            let d = Deferred { ptr: ptr as *mut (), free: free_box::<T> };
+            if self.dropping.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: no reader is left (see `dropping`).
+                unsafe { (d.free)(d.ptr) };
+                return;
+            }
+            self.hand(self.shard(), vec![d], true, 0);
+        }
+        #[cfg(any(loom, feature = "tsan"))]
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.retire_box(ptr)
+        };
     }
 
     /// Enters seize's critical section (reentrant) with this thread's id
@@ -1259,6 +1286,28 @@ mod tests {
                 drop(g);
             },
         );
+    }
+
+    #[test]
+    fn a_direct_retirement_is_freed_as_the_last_reader_leaves() {
+        struct Flag(Arc<AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let rcu = Arc::new(Rcu::new());
+        let freed = Arc::new(AtomicBool::new(false));
+        let seen = freed.clone();
+        let (reader, leave_tx) = reader_inside(&rcu, move || assert!(!seen.load(Ordering::SeqCst)));
+        // SAFETY: a fresh box, retired once, reachable by no one.
+        unsafe { rcu.retire_box_direct(Box::into_raw(Box::new(Flag(freed.clone())))) };
+        assert!(!freed.load(Ordering::SeqCst), "freed while a reader was inside");
+        leave_tx.send(()).unwrap();
+        reader.join().unwrap();
+        // Freed by the reader as it left: no drain, no synchronize (a plain
+        // `retire_box` would wait in this shard's list).
+        assert!(freed.load(Ordering::SeqCst));
     }
 
     #[test]
