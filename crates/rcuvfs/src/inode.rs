@@ -1244,15 +1244,15 @@ impl InodeTable {
             return true;
         }
         // 0 -> 1 under the lock, to count it in core once.
-        let mut g = i.refs.lock();
+        let g = i.refs.lock();
         let c = g.count();
         if c < 0 {
             return false;
         }
-        g.set_count(c + 1);
         if c == 0 {
             counters.add_inode(1);
         }
+        g.unlock_with(c + 1);
         true
     }
 
@@ -1281,20 +1281,19 @@ impl InodeTable {
         // SAFETY: the caller owns a reference, so the inode is live.
         let inode = unsafe { &*p };
         crate::sync::audit::shared_writes(1);
-        let Some(mut g) = inode.refs.put_or_lock() else { return };
+        let Some(g) = inode.refs.put_or_lock() else { return };
         counters.add_inode(-1);
         if self.owned {
-            g.set_count(0);
+            // Decided under the lock; the count set as it is let go.
             if !Self::unused_owned(inode) {
+                g.unlock_with(0);
                 return;
             }
-            g.mark_dead();
-            drop(g);
+            g.unlock_dead();
             self.free(inode, rcu);
             return;
         }
-        g.mark_dead();
-        drop(g);
+        g.unlock_dead();
         // Before the free: once retired, the inode may be gone by the time
         // we would read it (we are in no read section).
         let n = inode.nlookup.load(Ordering::Relaxed);
@@ -1319,12 +1318,11 @@ impl InodeTable {
     /// read section of the table's RCU domain (another caller may have
     /// freed the inode already: it is then dead, and retired, not gone).
     pub fn release_if_unused(&self, inode: &Inode, rcu: &Rcu) {
-        let mut g = inode.refs.lock();
+        let g = inode.refs.lock();
         if g.count() != 0 || !Self::unused_owned(inode) {
             return;
         }
-        g.mark_dead();
-        drop(g);
+        g.unlock_dead();
         self.free(inode, rcu);
     }
 

@@ -58,3 +58,35 @@ fn lockref_last_put_is_seen_by_exactly_one_thread() {
         assert!(!r.get_not_dead());
     });
 }
+
+/// `unlock_with` sets the count and unlocks in one RMW: a lockless get and
+/// put racing it lose nothing, and a locker parked meanwhile is woken.
+#[test]
+fn lockref_unlock_with_loses_no_update_and_wakes_a_waiter() {
+    model(|| {
+        let r = Arc::new(Lockref::new(2));
+        let a = {
+            let r = r.clone();
+            thread::spawn(move || {
+                r.get();
+                if r.put_return().is_none() {
+                    assert!(r.put_or_lock().is_none());
+                }
+            })
+        };
+        let b = {
+            let r = r.clone();
+            thread::spawn(move || {
+                let g = r.lock();
+                let c = g.count();
+                g.unlock_with(c + 1);
+            })
+        };
+        let g = r.lock();
+        let c = g.count();
+        g.unlock_with(c + 10);
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(r.count_hint(), 13);
+    });
+}

@@ -22,14 +22,16 @@ impl Dcache {
     }
 
     /// The last reference's fate (`retain_dentry`), decided under `d_lock`
-    /// (`g`) with the count at one: a hashed dentry stays cached at count
-    /// zero, on the LRU; an unhashed one is marked dead, and `true` tells
-    /// the caller to kill it.
-    fn retain_or_mark_dead(&self, d: &Dentry, mut g: LockrefGuard<'_>) -> bool {
-        debug_assert_eq!(g.count(), 1);
+    /// (`g`) with the count at one (or at zero, from `dput_last`'s
+    /// lockless decrement: the same decision): a hashed dentry stays cached
+    /// at count zero, on the LRU; an unhashed one is marked dead, and
+    /// `true` tells the caller to kill it. Either count is set as the lock
+    /// is let go, in one RMW (no one sees the count while it is held).
+    fn retain_or_mark_dead(&self, d: &Dentry, g: LockrefGuard<'_>) -> bool {
+        debug_assert!(matches!(g.count(), 0 | 1));
         if d.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
-            g.set_count(0);
             self.lru_add_locked(d, &g);
+            g.unlock_with(0);
             return false;
         }
         self.unhash_and_mark_dead(d, g);
@@ -76,12 +78,12 @@ impl Dcache {
                 if d.flags.load(Ordering::Relaxed) & CACHED == CACHED {
                     return;
                 }
-                let mut g = d.lockref().lock();
+                let g = d.lockref().lock();
                 if g.count() != 0 {
                     return; // revived, or already killed (DEAD)
                 }
-                // Ours again, to decide like any last reference.
-                g.set_count(1);
+                // Ours again, to decide like any last reference (at zero:
+                // no one sees the count while we hold the lock).
                 g
             }
             // The lock was held, or lost races: the locked path.

@@ -480,11 +480,11 @@ impl Dcache {
     /// state. Unlocks. The caller must then free it with `kill`. Every kill
     /// goes through here, so that "dead" always means "out of the index and
     /// off the LRU".
-    pub(super) fn unhash_and_mark_dead(&self, d: &Dentry, mut g: LockrefGuard<'_>) {
+    pub(super) fn unhash_and_mark_dead(&self, d: &Dentry, g: LockrefGuard<'_>) {
         self.unhash_locked(d, &g, false);
         d.seq.invalidate();
         self.lru_del_locked(d, &g);
-        g.mark_dead();
+        g.unlock_dead();
     }
 
     /// Frees a dead dentry (`dentry_kill`): its inode reference returned,

@@ -270,6 +270,37 @@ impl LockrefGuard<'_> {
     pub fn mark_dead(&mut self) {
         self.set_count(DEAD);
     }
+
+    /// Sets the count and unlocks, in one RMW: a `set_count` then a drop
+    /// were two (a create's close and its inode's first reference each
+    /// paid one more locked instruction than needed). `Release`, as the
+    /// unlock: a lockless operation that then sees the lock free sees this
+    /// count too, as if it had taken the lock after us.
+    #[inline]
+    pub fn unlock_with(self, count: i32) {
+        let me = core::mem::ManuallyDrop::new(self);
+        let w = &me.lockref.word;
+        super::audit::shared_writes(1);
+        let mut old = w.load(Ordering::Relaxed);
+        loop {
+            // `PARKED` stays, as in `drop`: the wake-up below decides it.
+            match w.compare_exchange_weak(old, with_count(old, count) & !LOCKED, Ordering::Release, Ordering::Relaxed) {
+                Ok(prev) => {
+                    if prev & PARKED != 0 {
+                        me.unlock_slow();
+                    }
+                    return;
+                }
+                Err(cur) => old = cur,
+            }
+        }
+    }
+
+    /// Marks the object dead and unlocks, in one RMW (see `unlock_with`).
+    #[inline]
+    pub fn unlock_dead(self) {
+        self.unlock_with(DEAD);
+    }
 }
 
 impl Drop for LockrefGuard<'_> {
