@@ -295,6 +295,16 @@ impl Inode {
         Self::make(a, owner, true)
     }
 
+    /// An owned inode born with `refs` VFS references and `lookups`
+    /// lookups out: counts set before it is shared, where an RMW each on
+    /// a new inode cost a create two locked instructions (memfs's `alloc`).
+    pub(crate) fn new_owned_counted(a: &Attr, owner: *const Super, refs: i32, lookups: u64) -> Inode {
+        let mut i = Self::make(a, owner, true);
+        i.refs = Lockref::new(refs);
+        i.nlookup = AtomicU64::new(lookups);
+        i
+    }
+
     fn make(a: &Attr, owner: *const Super, owned: bool) -> Inode {
         Inode {
             owner: AtomicPtr::new(owner as *mut Super),

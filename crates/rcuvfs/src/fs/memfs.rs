@@ -595,7 +595,15 @@ impl MemFs {
 
     /// A new inode, in the table, with one lookup (the caller's to hand
     /// out) and the link its name will be (two for a directory).
-    fn alloc(&self, kind: FileType, perm: u32, rdev: u64, owner: Owner, target: Option<&[u8]>) -> Result<&Inode> {
+    fn alloc(
+        &self,
+        kind: FileType,
+        perm: u32,
+        rdev: u64,
+        owner: Owner,
+        target: Option<&[u8]>,
+        held: bool,
+    ) -> Result<&Inode> {
         if !self.usage.inodes.charge(1) {
             return fail(ENOSPC);
         }
@@ -620,11 +628,13 @@ impl MemFs {
             rdev,
         };
         let sb = self.bound.load(std::sync::atomic::Ordering::SeqCst);
-        let inode = Box::new(Inode::new_owned(&attr, sb));
+        // What keeps it until its caller has it: a lookup, or (`held`, for
+        // the VFS of the superblock this memfs is bound to) a VFS reference.
+        let (refs, lookups) = if held { (1, 0) } else { (0, 1) };
+        let inode = Box::new(Inode::new_owned_counted(&attr, sb, refs, lookups));
         if let Some(t) = target {
             inode.set_link(t.into());
         }
-        inode.lookups_add(1);
         let p = self.table.insert_new(inode, self.rcu());
         // SAFETY: in the table, with a lookup: it stays until paid back.
         let i = unsafe { &*p };
@@ -695,30 +705,36 @@ impl MemFs {
     }
 
     /// Creates `name` in `parent` for a new inode made by `make`.
-    fn add_entry<'a>(&'a self, parent: Ino, name: &[u8], make: impl FnOnce() -> Result<&'a Inode>) -> Result<Attr> {
+    fn add_entry<'a>(
+        &'a self,
+        parent: Ino,
+        name: &[u8],
+        make: impl FnOnce() -> Result<&'a Inode>,
+        unmake: impl FnOnce(&Inode),
+    ) -> Result<Attr> {
         let g = self.rcu().read_lock();
         let dir = self.dir(&g, parent)?;
-        let inode = self.add_entry_in(&g, dir, name, make)?;
+        let inode = self.add_entry_in(&g, dir, name, make, unmake)?;
         Ok(inode.attr_with(&g))
     }
 
     /// A new inode of the kind `node` says, made by `alloc`.
-    fn alloc_node(&self, node: &NewNode<'_>, perm: u32, owner: Owner) -> Result<&Inode> {
+    fn alloc_node(&self, node: &NewNode<'_>, perm: u32, owner: Owner, held: bool) -> Result<&Inode> {
         match *node {
-            NewNode::File => self.alloc(FileType::File, perm, 0, owner, None),
-            NewNode::Dir => self.alloc(FileType::Dir, perm, 0, owner, None),
+            NewNode::File => self.alloc(FileType::File, perm, 0, owner, None, held),
+            NewNode::Dir => self.alloc(FileType::Dir, perm, 0, owner, None, held),
             NewNode::Special(FileType::Dir | FileType::Symlink, _) => fail(EINVAL),
-            NewNode::Special(kind, rdev) => self.alloc(kind, perm, rdev, owner, None),
-            NewNode::Symlink(target) => self.alloc(FileType::Symlink, 0o777, 0, owner, Some(target)),
+            NewNode::Special(kind, rdev) => self.alloc(kind, perm, rdev, owner, None, held),
+            NewNode::Symlink(target) => self.alloc(FileType::Symlink, 0o777, 0, owner, Some(target), held),
         }
     }
 
     /// For the VFS of the superblock `sb`, if this memfs is bound to it:
     /// creates `name` in `dir` (an inode of this memfs the VFS holds) as
     /// the `FileSystem` calls do, and returns the new inode with a VFS
-    /// reference in place of the lookup `alloc` counted, as `iget` would
-    /// make it, but with no probe of the inode table by number (for the
-    /// directory or the new inode) and no attributes copied. `None`: not
+    /// reference (counted in core), as `iget` would make it, but born with
+    /// it instead of a lookup, with no probe of the inode table by number
+    /// (for the directory or the new inode) and no attributes copied. `None`: not
     /// bound to `sb`; the general path decides.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_bound(
@@ -735,25 +751,32 @@ impl MemFs {
             return None;
         }
         let g = self.rcu().read_lock();
-        let r = self.add_entry_in(&g, dir, name, || self.alloc_node(node, perm, owner)).map(|i| {
-            // The lookup keeps `i` until it is paid back, so it is not
-            // dying, whatever a caller that bypasses the VFS does to its
-            // name meanwhile.
-            let p = self.table.hold(i, counters).expect("a new inode with a lookup out is not dying");
-            i.lookups_sub(1);
-            p
-        });
-        Some(r)
+        // Born with the VFS reference (counted in core at once), which
+        // keeps it whatever a caller that bypasses the VFS does to its name
+        // meanwhile: no lookup to count and pay back, no lock to take.
+        let make = || {
+            let i = self.alloc_node(node, perm, owner, true)?;
+            counters.add_inode(1);
+            Ok(i)
+        };
+        let unmake = |i: &Inode| {
+            i.update(|a| a.nlink = 0);
+            // SAFETY: the reference it was born with, ours.
+            unsafe { self.table.iput(i, self.rcu(), counters) };
+        };
+        Some(self.add_entry_in(&g, dir, name, make, unmake).map(|i| i as *const Inode))
     }
 
     /// Creates `name` in `dir` for a new inode made by `make`, and returns
-    /// it with the lookup `alloc` counted.
+    /// it with what `alloc` counted; `unmake` takes back an inode that got
+    /// no name.
     fn add_entry_in<'a>(
         &'a self,
         g: &RcuGuard<'_>,
         dir: &Inode,
         name: &[u8],
         make: impl FnOnce() -> Result<&'a Inode>,
+        unmake: impl FnOnce(&Inode),
     ) -> Result<&'a Inode> {
         if dir.kind != FileType::Dir {
             return fail(ENOTDIR);
@@ -765,7 +788,7 @@ impl MemFs {
         }
         let inode = make()?;
         if let Err(e) = self.insert_entry(dir, key, inode, name) {
-            self.unalloc(inode);
+            unmake(inode);
             return Err(e);
         }
         let t = now();
@@ -1273,22 +1296,32 @@ impl FileSystem for MemFs {
     }
 
     fn create(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc_node(&NewNode::File, perm, owner))
+        self.add_entry(parent, name, || self.alloc_node(&NewNode::File, perm, owner, false), |i| self.unalloc(i))
     }
 
     fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc_node(&NewNode::Dir, perm, owner))
+        self.add_entry(parent, name, || self.alloc_node(&NewNode::Dir, perm, owner, false), |i| self.unalloc(i))
     }
 
     fn mknod(&self, parent: Ino, name: &[u8], kind: FileType, perm: u32, rdev: u64, owner: Owner) -> Result<Attr> {
         if matches!(kind, FileType::Dir | FileType::Symlink) {
             return fail(EINVAL);
         }
-        self.add_entry(parent, name, || self.alloc_node(&NewNode::Special(kind, rdev), perm, owner))
+        self.add_entry(
+            parent,
+            name,
+            || self.alloc_node(&NewNode::Special(kind, rdev), perm, owner, false),
+            |i| self.unalloc(i),
+        )
     }
 
     fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc_node(&NewNode::Symlink(target), 0, owner))
+        self.add_entry(
+            parent,
+            name,
+            || self.alloc_node(&NewNode::Symlink(target), 0, owner, false),
+            |i| self.unalloc(i),
+        )
     }
 
     fn link(&self, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
