@@ -8,22 +8,28 @@ use rcuvfs::sync::atomic::loom_model as model;
 
 use rcuvfs::sync::Lockref;
 
+/// A thread that takes a reference and drops it (lockless, else by the
+/// lock), then takes `more` references.
+fn get_put_then_get(r: &Arc<Lockref>, more: u32) -> thread::JoinHandle<()> {
+    let r = r.clone();
+    thread::spawn(move || {
+        r.get();
+        if r.put_return().is_none() {
+            assert!(r.put_or_lock().is_none());
+        }
+        for _ in 0..more {
+            r.get();
+        }
+    })
+}
+
 /// A lockless get and put racing a lock holder: no update is lost, and the
 /// holder sees a count nobody else changes while it holds the lock.
 #[test]
 fn lockref_updates_are_not_lost_around_the_lock() {
     model(|| {
         let r = Arc::new(Lockref::new(2));
-        let a = {
-            let r = r.clone();
-            thread::spawn(move || {
-                r.get();
-                if r.put_return().is_none() {
-                    assert!(r.put_or_lock().is_none());
-                }
-                r.get();
-            })
-        };
+        let a = get_put_then_get(&r, 1);
         {
             let mut g = r.lock();
             let c = g.count();
@@ -65,15 +71,7 @@ fn lockref_last_put_is_seen_by_exactly_one_thread() {
 fn lockref_unlock_with_loses_no_update_and_wakes_a_waiter() {
     model(|| {
         let r = Arc::new(Lockref::new(2));
-        let a = {
-            let r = r.clone();
-            thread::spawn(move || {
-                r.get();
-                if r.put_return().is_none() {
-                    assert!(r.put_or_lock().is_none());
-                }
-            })
-        };
+        let a = get_put_then_get(&r, 0);
         let b = {
             let r = r.clone();
             thread::spawn(move || {

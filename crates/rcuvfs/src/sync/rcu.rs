@@ -1207,50 +1207,44 @@ mod tests {
         assert!(done.load(Ordering::SeqCst));
     }
 
+    /// `grace_period_waits_for` on `rcu`'s own grace period, with `body`
+    /// given the domain and the function to call once inside.
+    fn grace_period_of_waits_for(rcu: &Arc<Rcu>, body: impl FnOnce(&Rcu, &dyn Fn()) + Send + 'static) {
+        let r = rcu.clone();
+        grace_period_waits_for(|| rcu.clone(), move |inside| body(&r, inside));
+    }
+
     #[test]
     fn a_section_nested_in_a_hold_outlives_its_holder() {
         let rcu = Arc::new(Rcu::new());
-        let r = rcu.clone();
-        grace_period_waits_for(
-            || rcu.clone(),
-            move |inside| {
-                let holder = r.hold();
-                let nested = r.read_lock();
-                drop(holder);
-                inside();
-                drop(nested);
-            },
-        );
+        grace_period_of_waits_for(&rcu, |r, inside| {
+            let holder = r.hold();
+            let nested = r.read_lock();
+            drop(holder);
+            inside();
+            drop(nested);
+        });
         // The thread's slot is free again: a new hold holds, and a section
         // nested in it is one.
-        let r = rcu.clone();
-        grace_period_waits_for(
-            || rcu.clone(),
-            move |inside| {
-                let holder = r.hold();
-                let nested = r.hold();
-                let deeper = r.read_lock();
-                drop(nested);
-                drop(holder);
-                inside();
-                drop(deeper);
-            },
-        );
+        grace_period_of_waits_for(&rcu, |r, inside| {
+            let holder = r.hold();
+            let nested = r.hold();
+            let deeper = r.read_lock();
+            drop(nested);
+            drop(holder);
+            inside();
+            drop(deeper);
+        });
     }
 
     #[test]
     fn a_hold_is_a_section_while_it_lives() {
-        let rcu = Arc::new(Rcu::new());
-        let r = rcu.clone();
-        grace_period_waits_for(
-            || rcu.clone(),
-            move |inside| {
-                let holder = r.hold();
-                drop(r.read_lock());
-                inside();
-                drop(holder);
-            },
-        );
+        grace_period_of_waits_for(&Arc::new(Rcu::new()), |r, inside| {
+            let holder = r.hold();
+            drop(r.read_lock());
+            inside();
+            drop(holder);
+        });
     }
 
     #[test]
