@@ -594,7 +594,8 @@ impl MemFs {
     }
 
     /// A new inode, in the table, with one lookup (the caller's to hand
-    /// out) and the link its name will be (two for a directory).
+    /// out), or with `held` one VFS reference instead (`create_bound`'s),
+    /// and the link its name will be (two for a directory).
     fn alloc(
         &self,
         kind: FileType,
@@ -636,7 +637,8 @@ impl MemFs {
             inode.set_link(t.into());
         }
         let p = self.table.insert_new(inode, self.rcu());
-        // SAFETY: in the table, with a lookup: it stays until paid back.
+        // SAFETY: in the table, with a lookup or a reference: it stays
+        // until that is given back.
         let i = unsafe { &*p };
         // Bound meanwhile? (see `bind`: the fence orders our insert, a
         // Release CAS on a slot, before this load, against bind's store and
@@ -734,8 +736,8 @@ impl MemFs {
     /// the `FileSystem` calls do, and returns the new inode with a VFS
     /// reference (counted in core), as `iget` would make it, but born with
     /// it instead of a lookup, with no probe of the inode table by number
-    /// (for the directory or the new inode) and no attributes copied. `None`: not
-    /// bound to `sb`; the general path decides.
+    /// (for the directory or the new inode) and no attributes copied.
+    /// `None`: not bound to `sb`; the general path decides.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_bound(
         &self,

@@ -339,8 +339,9 @@ type Callback = Box<dyn FnOnce() + Send>;
 /// A read-side critical section. Everything reached through RCU-protected
 /// pointers while it lives stays allocated. Not `Send`: it marks this thread.
 pub struct RcuGuard<'a> {
-    /// seize's guard, for a section of a domain other than the one this
-    /// thread's [`HELD`] counts; `None`: counted there.
+    /// seize's guard: the holder's ([`Rcu::hold`]), or that of a section
+    /// [`HELD`] does not count (another domain's, or none held); `None`:
+    /// a section counted there.
     #[cfg(not(any(loom, feature = "tsan")))]
     own: Option<seize::LocalGuard<'a>>,
     /// This guard is its section's holder ([`Rcu::hold`]).
@@ -402,7 +403,7 @@ impl RcuGuard<'_> {
 /// create entered eight sections one after another, a seventh of its time.
 /// [`Rcu::hold`] enters one for the whole update and names its domain here;
 /// the sections nested in it then only count (a thread-local add, about
-/// 3 ns with the drop's subtract). The holder keeps seize's guard; if it
+/// 4 ns with the drop's subtract). The holder keeps seize's guard; if it
 /// drops before guards nested in it (a `Locked` kept past the update's
 /// scope, say), it leaves that guard in this slot, and the last counted
 /// guard to drop drops it. A read section of a domain not held here is
