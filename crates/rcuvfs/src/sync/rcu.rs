@@ -485,6 +485,7 @@ impl Rcu {
             #[cfg(not(any(loom, feature = "tsan")))]
             dropping: std::sync::atomic::AtomicBool::new(false),
             #[cfg(not(any(loom, feature = "tsan")))]
+            // Relaxed: only uniqueness matters, which the RMW gives.
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             #[cfg(any(loom, feature = "tsan"))]
             deferred: DeferMutex::new(Vec::new()),
