@@ -421,7 +421,7 @@ impl Dcache {
     /// inside the section: grace periods wait for that one call; no
     /// filesystem call waits for a grace period of this domain.)
     #[inline]
-    pub(crate) fn hold_update(&self) -> Option<crate::sync::RcuGuard<'_>> {
+    pub(crate) fn hold_update(&self) -> Option<crate::sync::RcuHold<'_>> {
         (self.blocking_supers.load(std::sync::atomic::Ordering::Relaxed) == 0).then(|| self.rcu.hold())
     }
 

@@ -36,5 +36,5 @@ pub mod shard;
 
 pub use lockref::{Lockref, LockrefGuard};
 pub use mutex::{Mutex, MutexGuard, RawMutex};
-pub use rcu::{Rcu, RcuGuard};
+pub use rcu::{Rcu, RcuGuard, RcuHold};
 pub use seqcount::{SeqCount, SeqLock};
