@@ -460,6 +460,23 @@ impl Inode {
         self.store_attr(a);
     }
 
+    /// `set_attr` for attributes read from the filesystem after version
+    /// `since` was read: refused (`false`) if any store or change was
+    /// recorded since, which may be newer than this answer.
+    pub fn set_attr_since(&self, a: &Attr, since: u32) -> bool {
+        debug_assert_eq!(a.ino, self.ino);
+        if self.owned {
+            return true;
+        }
+        let Some(_w) = self.attrs.write_if_unchanged(since) else { return false };
+        // Older by ctime (see `set_attr`): nothing to store, and newer is
+        // in core already.
+        if a.ctime >= self.times.load(CTIME) {
+            self.store_attr(a);
+        }
+        true
+    }
+
     fn store_attr(&self, a: &Attr) {
         self.perm.store(a.perm, Ordering::Relaxed);
         self.nlink.store(a.nlink, Ordering::Relaxed);
@@ -612,8 +629,10 @@ impl Inode {
         if g & 1 == 0 {
             return;
         }
+        let since = self.attrs.version();
         match self.fs().getattr(self.ino) {
-            Ok(a) => self.set_attr(&a),
+            // Refused only for a store or a change since: newer than this.
+            Ok(a) => drop(self.set_attr_since(&a, since)),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESTALE)) => {}
             Err(_) => return,
         }
@@ -625,12 +644,45 @@ impl Inode {
     /// Re-reads the attributes from the filesystem after a change (nothing
     /// to do for an inode that is the filesystem's truth).
     pub fn refresh(&self, fs: &dyn FileSystem) {
+        let _ = self.reread(fs);
+    }
+
+    /// `refresh`, with the filesystem's error.
+    ///
+    /// A change is over when this is called, so it first moves the
+    /// attributes' version on: any read of the filesystem begun before (a
+    /// watcher's, another call's) may have seen the change half made, and
+    /// its store is refused (`set_attr_since`). A host's write sets ctime
+    /// before it grows the size, so a stat in the middle reads the new
+    /// ctime with the old size, and ctime cannot tell it from the answer
+    /// read after (the passthrough over FUSE with the kernel's cache: a
+    /// `fstat` after a write found the size of the write's first half).
+    /// Then this read's own store is refused only for a store made since
+    /// by a read that began after the version moved: as new as this one.
+    pub fn reread(&self, fs: &dyn FileSystem) -> crate::error::Result<()> {
         if self.owned {
-            return;
+            return Ok(());
         }
-        if let Ok(a) = fs.getattr(self.ino) {
-            self.set_attr(&a);
+        let since = self.attrs.bump();
+        let a = fs.getattr(self.ino)?;
+        self.set_attr_since(&a, since);
+        Ok(())
+    }
+
+    /// Stores the attributes a filesystem call returned after changing the
+    /// object (a setattr), read at its end: `since` is the version read
+    /// before the call. If another store or change came meanwhile, that
+    /// answer may be the older, or may miss this change: read again.
+    pub fn set_attr_after(&self, a: &Attr, since: u32) {
+        if !self.set_attr_since(a, since) {
+            self.refresh(self.fs());
         }
+    }
+
+    /// The attributes' version now, for `set_attr_since` and
+    /// `set_attr_after`.
+    pub fn attr_version(&self) -> u32 {
+        self.attrs.version()
     }
 
     /// The page cache holding a regular file's data, asked of the

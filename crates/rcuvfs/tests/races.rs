@@ -29,6 +29,19 @@ const HOLDERS: usize = 6;
 struct Notifying {
     fs: MemFs,
     notify: OnceLock<Arc<dyn Notify>>,
+    /// No page cache for the VFS (as the passthrough): sizes come from
+    /// `getattr`, and writes go through `write`.
+    no_pages: bool,
+    /// Run once inside the next `getattr`, between its reading of the size
+    /// and of ctime: a change made while a host stat is under way (a host
+    /// write sets ctime, then grows the size).
+    torn: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Notifying {
+    fn new(no_pages: bool) -> Notifying {
+        Notifying { fs: MemFs::default(), notify: OnceLock::new(), no_pages, torn: Default::default() }
+    }
 }
 
 impl FileSystem for Notifying {
@@ -42,7 +55,13 @@ impl FileSystem for Notifying {
         self.fs.forget(i, n)
     }
     fn getattr(&self, i: Ino) -> std::io::Result<Attr> {
-        self.fs.getattr(i)
+        let mut a = self.fs.getattr(i)?;
+        let torn = self.torn.lock().unwrap().take();
+        if let Some(change) = torn {
+            change();
+            a.ctime = self.fs.getattr(i)?.ctime;
+        }
+        Ok(a)
     }
     fn setattr(&self, i: Ino, s: &SetAttr) -> std::io::Result<Attr> {
         self.fs.setattr(i, s)
@@ -87,6 +106,9 @@ impl FileSystem for Notifying {
         self.fs.statfs()
     }
     fn page_cache(&self, i: Ino) -> Option<Arc<rcuvfs::filemap::PageCache>> {
+        if self.no_pages {
+            return None;
+        }
         self.fs.page_cache(i)
     }
     fn note_access(&self, i: Ino) {
@@ -139,7 +161,7 @@ fn name(i: usize) -> String {
 /// a second) take and drop handles on the names, each drop usually the
 /// last reference, while a killer runs, for `ms` milliseconds.
 fn race(mode: RefMode, killer: Killer, ms: u64) -> Outcome {
-    let fs = Arc::new(Notifying { fs: MemFs::default(), notify: OnceLock::new() });
+    let fs = Arc::new(Notifying::new(false));
     let mut b = Vfs::builder().mode(mode).filesystem(fs.clone());
     if matches!(killer, Killer::Shrinker | Killer::All) {
         b = b.dcache_target(16).negative_dentries(4);
@@ -417,7 +439,7 @@ fn dotdot_races_renames_and_killers() {
 #[test]
 fn an_invalidated_directory_keeps_one_dentry() {
     for mode in RefMode::ALL {
-        let fs = Arc::new(Notifying { fs: MemFs::default(), notify: OnceLock::new() });
+        let fs = Arc::new(Notifying::new(false));
         let v = Vfs::builder().mode(mode).filesystem(fs.clone()).build().unwrap();
         v.create_dir("/d").unwrap();
         let held = v.entry("/d").unwrap();
@@ -748,4 +770,37 @@ fn removals_past_the_negative_bound_race_holders_readers_and_killers() {
             "{mode:?}: teardown"
         );
     }
+}
+
+/// An answer of the filesystem read while a change was under way (ctime
+/// moved already, the size not yet: a host's write) must not replace the
+/// one the change's own refresh stored after it, and ctime cannot tell the
+/// two apart. Seen through the FUSE mount of the passthrough with the
+/// kernel's cache: fsx, and an `fstat` after a write that the kernel sent
+/// in two halves finding the first half's size, as the watcher's refresh
+/// of the first half landed last. The change runs inside the reading of
+/// the attributes, between the size and ctime; fails when the torn answer
+/// is stored (before the attributes' version: 2, then 6).
+#[test]
+fn an_answer_read_during_a_change_does_not_replace_the_changes_own() {
+    let fs = Arc::new(Notifying::new(true));
+    let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    v.write("/f", b"ab").unwrap();
+    let f = Arc::new(v.open("/f", OpenOptions::new().write(true)).unwrap());
+    let e = v.entry("/f").unwrap();
+    let during = |change: Box<dyn FnOnce() + Send>| {
+        *fs.torn.lock().unwrap() = Some(change);
+        // A refresh as an event from the backend makes one (and a FUSE
+        // getattr in kernel passthrough mode).
+        e.refresh().unwrap();
+        assert!(fs.torn.lock().unwrap().is_none(), "the change did not run");
+    };
+    let w = f.clone();
+    during(Box::new(move || assert_eq!(w.write_at(b"cdef", 2).unwrap(), 4)));
+    assert_eq!(f.metadata().unwrap().len(), 6, "a write's size lost to an answer read during it");
+    assert_eq!(v.metadata("/f").unwrap().len(), 6);
+    let t = f.clone();
+    during(Box::new(move || t.set_len(1).unwrap()));
+    assert_eq!(f.metadata().unwrap().len(), 1, "a truncate's size lost to an answer read during it");
+    assert_eq!(v.read("/f").unwrap(), b"a");
 }

@@ -22,11 +22,14 @@ use crate::sync::atomic::loom_model as model;
 /// Inodes below 10 are directories, the rest files. A lookup is counted
 /// and finds `answer` (a file) for every name, or nothing.
 /// `getattr` answers `changes` as the size and the ctime (0 unless a
-/// model changes it), as a filesystem whose every change moves ctime.
+/// model changes it), as a filesystem whose every change moves ctime. While
+/// `lag` is 1 the size is one change behind: a change under way, its ctime
+/// set and its size not yet (a host's write).
 struct Stub {
     answer: Option<Ino>,
     lookups: loom::sync::atomic::AtomicUsize,
     changes: loom::sync::atomic::AtomicU64,
+    lag: loom::sync::atomic::AtomicU64,
 }
 
 impl Stub {
@@ -35,6 +38,7 @@ impl Stub {
             answer,
             lookups: loom::sync::atomic::AtomicUsize::new(0),
             changes: loom::sync::atomic::AtomicU64::new(0),
+            lag: loom::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -71,7 +75,7 @@ impl FileSystem for Stub {
     fn getattr(&self, ino: Ino) -> Result<Attr> {
         let n = self.changes.load(loom::sync::atomic::Ordering::SeqCst);
         let mut a = attr(ino);
-        a.size = n;
+        a.size = n.saturating_sub(self.lag.load(loom::sync::atomic::Ordering::SeqCst));
         a.ctime = Timespec { sec: n as i64, nsec: 0 };
         Ok(a)
     }
@@ -897,6 +901,46 @@ fn loom_mark_stale_vs_refresh() {
         assert!(seen <= 2);
         let d = dc.lookup_ref(dc.root(), b"x").expect("cached");
         assert_eq!(d.inode().expect("positive").attr().size, 2, "a change was lost to a refresh in flight");
+    });
+}
+
+/// A refresh that read the filesystem while a change was under way (its
+/// ctime moved, its size not yet: a host's write) never outlives the
+/// change's own refresh: once both are done, the size is the changed one.
+/// ctime cannot order the two answers (it is the same); the attributes'
+/// version does. Fails without it (the torn answer stored last), and with
+/// a refresh that does not move the version before it reads (the torn
+/// answer stored between the change's read and its store refuses the
+/// latter).
+#[test]
+fn loom_a_refresh_torn_by_a_change_never_outlives_the_changes_own() {
+    model(|| {
+        let fs = Arc::new(Stub::new(Some(20)));
+        let dc = cache_over(fs.clone());
+        drop(dc.lookup_ref(dc.root(), b"x").expect("found"));
+        drop(dc.lookup_ref(dc.root(), b"x").expect("cached"));
+        let writer = {
+            let (dc, fs) = (dc.clone(), fs.clone());
+            thread::spawn(move || {
+                fs.lag.store(1, loom::sync::atomic::Ordering::SeqCst);
+                fs.changes.fetch_add(1, loom::sync::atomic::Ordering::SeqCst);
+                fs.lag.store(0, loom::sync::atomic::Ordering::SeqCst);
+                let d = dc.lookup_ref(dc.root(), b"x").expect("cached");
+                d.inode().expect("positive").refresh(&*fs);
+            })
+        };
+        let watcher = {
+            let (dc, fs) = (dc.clone(), fs.clone());
+            thread::spawn(move || {
+                thread::yield_now();
+                let d = dc.lookup_ref(dc.root(), b"x").expect("cached");
+                d.inode().expect("positive").refresh(&*fs);
+            })
+        };
+        writer.join().unwrap();
+        watcher.join().unwrap();
+        let d = dc.lookup_ref(dc.root(), b"x").expect("cached");
+        assert_eq!(d.inode().expect("positive").attr().size, 1, "a refresh read during the change was stored last");
     });
 }
 

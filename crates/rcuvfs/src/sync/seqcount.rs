@@ -185,6 +185,41 @@ impl SeqLock {
         SeqLockWriteGuard { lock: self }
     }
 
+    /// The count now, to hand to [`write_if_unchanged`](Self::write_if_unchanged)
+    /// later: a version of what the lock protects. Odd while a writer is in
+    /// progress (no later count equals it then).
+    #[inline]
+    pub fn version(&self) -> u32 {
+        self.seq.raw()
+    }
+
+    /// Opens a write section and closes it at once, with nothing written:
+    /// moves the version on, so that every `write_if_unchanged` holding an
+    /// older one fails. Returns the new version.
+    pub fn bump(&self) -> u32 {
+        self.lock.lock();
+        self.seq.write_begin();
+        self.seq.write_end();
+        let v = self.seq.raw();
+        // SAFETY: taken above.
+        unsafe { self.lock.unlock() };
+        v
+    }
+
+    /// Takes the lock and opens a write section, if the version is still
+    /// `version`: no write section ran since it was read. `None` (and the
+    /// lock let go) otherwise.
+    pub fn write_if_unchanged(&self, version: u32) -> Option<SeqLockWriteGuard<'_>> {
+        self.lock.lock();
+        if self.seq.raw() != version {
+            // SAFETY: taken above.
+            unsafe { self.lock.unlock() };
+            return None;
+        }
+        self.seq.write_begin();
+        Some(SeqLockWriteGuard { lock: self })
+    }
+
     /// Takes the lock without opening a write section (`read_seqlock_excl`):
     /// excludes writers, lets optimistic readers run.
     pub fn read_locked(&self) -> SeqLockReadGuard<'_> {

@@ -252,8 +252,9 @@ impl Vfs {
                 set.perm = Some(perm);
             }
         }
+        let since = inode.attr_version();
         let new = fs.setattr(inode.ino, &set)?;
-        inode.set_attr(&new);
+        inode.set_attr_after(&new, since);
         Ok(new)
     }
 

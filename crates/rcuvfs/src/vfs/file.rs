@@ -263,8 +263,9 @@ impl File {
         if !self.privileged {
             kill_priv(self.inode(), self.in_group)?;
         }
+        let since = self.inode().attr_version();
         let a = self.inode().fs().setattr(self.ino, &SetAttr { size: Some(size), ..SetAttr::default() })?;
-        self.inode().set_attr(&a);
+        self.inode().set_attr_after(&a, since);
         Ok(())
     }
 
@@ -399,8 +400,9 @@ pub(crate) fn kill_priv(inode: &Inode, in_group: bool) -> Result<()> {
     }
     let fs = inode.fs();
     if perm != a.perm {
+        let since = inode.attr_version();
         let new = fs.setattr(inode.ino, &SetAttr { perm: Some(perm), ..SetAttr::default() })?;
-        inode.set_attr(&new);
+        inode.set_attr_after(&new, since);
     }
     if if inode.is_owned() { inode.has_xattrs() } else { perm != a.perm } {
         match fs.removexattr(inode.ino, b"security.capability") {

@@ -71,10 +71,7 @@ impl Entry {
     /// memfs the cache is the truth, and this is `metadata`.
     pub fn refresh(&self) -> Result<Metadata> {
         let inode = self.inode();
-        if !inode.is_owned() {
-            let a = inode.fs().getattr(inode.ino)?;
-            inode.set_attr(&a);
-        }
+        inode.reread(inode.fs())?;
         Ok(Metadata(inode.attr()))
     }
 

@@ -180,8 +180,9 @@ impl Vfs {
             if !self.cred.is_root() {
                 super::file::kill_priv(inode, self.cred.in_group(attr.gid))?;
             }
+            let since = inode.attr_version();
             let a = inode.fs().setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
-            inode.set_attr(&a);
+            inode.set_attr_after(&a, since);
         }
         if !inode.open_begin() {
             // Its last link went while nothing had it open, and its data
