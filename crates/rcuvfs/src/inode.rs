@@ -437,40 +437,22 @@ impl Inode {
         self.attrs.read(|| self.cached_attr_locked())
     }
 
-    /// Replaces the cached attributes with `a` (from the filesystem); does
-    /// nothing, storing nothing, if they are the same.
-    pub fn set_attr(&self, a: &Attr) {
-        debug_assert_eq!(a.ino, self.ino);
-        // An owned inode is the truth: whatever the filesystem returned was
-        // read from it, and may be older than it by now.
-        if self.owned || self.cached_attr() == *a {
-            return;
-        }
-        let _w = self.attrs.write();
-        // Two calls that changed this inode (a truncate, and a read's atime
-        // update; a write's refresh) may store their results in the other
-        // order than the filesystem made the changes. Every change moves
-        // ctime forward, so attributes with an older ctime are the older
-        // state and never replace newer ones. (A filesystem whose truth is
-        // shared between machines keeps ctime strictly increasing per
-        // inode whatever their clocks: see `fs::etcd`.)
-        if a.ctime < self.times.load(CTIME) {
-            return;
-        }
-        self.store_attr(a);
-    }
-
-    /// `set_attr` for attributes read from the filesystem after version
-    /// `since` was read: refused (`false`) if any store or change was
-    /// recorded since, which may be newer than this answer.
+    /// Replaces the cached attributes with `a`, read from the filesystem
+    /// after version `since` was read: refused (`false`) if any store or
+    /// change was recorded since, which may be newer than this answer. An
+    /// owned inode is the truth, and keeps its own.
     pub fn set_attr_since(&self, a: &Attr, since: u32) -> bool {
         debug_assert_eq!(a.ino, self.ino);
         if self.owned {
             return true;
         }
         let Some(_w) = self.attrs.write_if_unchanged(since) else { return false };
-        // Older by ctime (see `set_attr`): nothing to store, and newer is
-        // in core already.
+        // Every change moves ctime forward, so an answer with an older
+        // ctime is an older state: nothing to store, as newer is in core (a
+        // filesystem whose truth is shared between machines keeps ctime
+        // strictly increasing per inode whatever their clocks: see
+        // `fs::etcd`). An equal ctime is no evidence of order: the version
+        // is.
         if a.ctime >= self.times.load(CTIME) {
             self.store_attr(a);
         }
@@ -621,18 +603,24 @@ impl Inode {
     }
 
     /// Reads the attributes again if they were marked stale. The mark is
-    /// cleaned only if no other was made meanwhile; a call that fails
-    /// leaves it (the next `attr` tries again), except ENOENT and ESTALE:
-    /// the inode is gone from the filesystem, and nothing newer will come.
+    /// cleaned only if no other was made meanwhile and this read was
+    /// stored; a call that fails or is refused leaves it (the next `attr`
+    /// tries again), except ENOENT and ESTALE: the inode is gone from the
+    /// filesystem, and nothing newer will come. It moves the version as a
+    /// refresh does: two of these may read on either side of a change, and
+    /// the one that read first must not be stored last.
     fn refresh_stale(&self) {
         let g = self.stale.load(Ordering::Acquire);
         if g & 1 == 0 {
             return;
         }
-        let since = self.attrs.version();
+        let since = self.attrs.bump();
         match self.fs().getattr(self.ino) {
-            // Refused only for a store or a change since: newer than this.
-            Ok(a) => drop(self.set_attr_since(&a, since)),
+            Ok(a) => {
+                if !self.set_attr_since(&a, since) {
+                    return;
+                }
+            }
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESTALE)) => {}
             Err(_) => return,
         }
@@ -647,7 +635,11 @@ impl Inode {
         let _ = self.reread(fs);
     }
 
-    /// `refresh`, with the filesystem's error.
+    /// `refresh`, with the filesystem's answer or error. The answer is
+    /// returned even where its store was refused: it was read after this
+    /// call began, so it is no older than what the caller asks about, while
+    /// what is in core may be older until the read that refused it lands.
+    /// An owned inode answers from core.
     ///
     /// A change is over when this is called, so it first moves the
     /// attributes' version on: any read of the filesystem begun before (a
@@ -659,14 +651,14 @@ impl Inode {
     /// `fstat` after a write found the size of the write's first half).
     /// Then this read's own store is refused only for a store made since
     /// by a read that began after the version moved: as new as this one.
-    pub fn reread(&self, fs: &dyn FileSystem) -> crate::error::Result<()> {
+    pub fn reread(&self, fs: &dyn FileSystem) -> crate::error::Result<Attr> {
         if self.owned {
-            return Ok(());
+            return Ok(self.attr());
         }
         let since = self.attrs.bump();
         let a = fs.getattr(self.ino)?;
         self.set_attr_since(&a, since);
-        Ok(())
+        Ok(a)
     }
 
     /// Stores the attributes a filesystem call returned after changing the
@@ -1284,15 +1276,21 @@ impl InodeTable {
         }
     }
 
-    /// A referenced in-core inode for `attr.ino`, its attributes refreshed
-    /// from `attr` (for a copy), if one is in core and not dying.
+    /// A referenced in-core inode for `attr.ino`, if one is in core and not
+    /// dying. A copy whose attributes differ from `attr` (a lookup's
+    /// answer) is marked stale rather than given them: the lookup read the
+    /// filesystem without the inode's version (it did not know the inode
+    /// yet), so its answer may be older than what is in core, or read in
+    /// the middle of a change; the next `attr` reads again, by version.
     fn try_get(&self, attr: &Attr, counters: &LiveCounters, rcu: &Rcu) -> Option<*const Inode> {
         let g = rcu.read_lock();
         let i = self.get(&g, attr.ino)?;
         if !self.take_ref(i, counters) {
             return None;
         }
-        i.set_attr(attr);
+        if !i.owned && i.cached_attr() != *attr {
+            i.mark_stale();
+        }
         Some(i as *const Inode)
     }
 
@@ -1726,12 +1724,13 @@ fn what_a_stat_reads_fills_the_first_two_lines() {
     }
 }
 
-/// A filesystem's answers may reach `set_attr` in the other order than it
-/// made the changes (a truncate's, then a write's refresh read before the
-/// truncate): the older attributes, by ctime, must not replace the newer.
+/// A filesystem's answers may reach the in-core inode in the other order
+/// than it made the changes (a truncate's, then a write's refresh read
+/// before the truncate): the older attributes, by ctime, must not replace
+/// the newer, and a store that began before another landed is refused.
 #[cfg(all(test, not(loom)))]
 #[test]
-fn set_attr_keeps_the_newer_of_two_answers() {
+fn set_attr_since_keeps_the_newer_of_two_answers() {
     use crate::fs::{FileSystem, Timespec};
     let mut old = crate::fs::memfs::MemFs::default().getattr(1).unwrap();
     old.size = 100;
@@ -1740,13 +1739,20 @@ fn set_attr_keeps_the_newer_of_two_answers() {
     let mut new = old.clone();
     new.size = 5;
     new.ctime = Timespec { sec: 10, nsec: 1 };
-    i.set_attr(&new);
-    i.set_attr(&old);
+    assert!(i.set_attr_since(&new, i.attr_version()));
+    assert!(i.set_attr_since(&old, i.attr_version()));
     assert_eq!(i.attr().size, 5, "an older answer replaced a newer one");
-    // The same ctime (a coarse clock) is no evidence of order: applied.
+    // The same ctime (a coarse clock) is no evidence of order: applied,
+    // as the version has not moved since this read began.
     let mut same = new.clone();
     same.size = 7;
-    i.set_attr(&same);
+    let since = i.attr_version();
+    assert!(i.set_attr_since(&same, since));
+    assert_eq!(i.attr().size, 7);
+    // Read before that store: refused, whatever its ctime.
+    let mut torn = same.clone();
+    torn.size = 6;
+    assert!(!i.set_attr_since(&torn, since), "a read begun before a store landed after it");
     assert_eq!(i.attr().size, 7);
 }
 

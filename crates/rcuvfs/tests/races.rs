@@ -36,11 +36,25 @@ struct Notifying {
     /// and of ctime: a change made while a host stat is under way (a host
     /// write sets ctime, then grows the size).
     torn: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Run once at the start of the next `getattr`.
+    before: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// The next `getattr` fails (EIO).
+    fail: AtomicBool,
+    /// The next `lookup` answers this (an answer read earlier).
+    stale_lookup: std::sync::Mutex<Option<Attr>>,
 }
 
 impl Notifying {
     fn new(no_pages: bool) -> Notifying {
-        Notifying { fs: MemFs::default(), notify: OnceLock::new(), no_pages, torn: Default::default() }
+        Notifying {
+            fs: MemFs::default(),
+            notify: OnceLock::new(),
+            no_pages,
+            torn: Default::default(),
+            before: Default::default(),
+            fail: AtomicBool::new(false),
+            stale_lookup: Default::default(),
+        }
     }
 }
 
@@ -49,12 +63,20 @@ impl FileSystem for Notifying {
         self.fs.root()
     }
     fn lookup(&self, p: Ino, n: &[u8]) -> std::io::Result<Attr> {
-        self.fs.lookup(p, n)
+        let found = self.fs.lookup(p, n)?;
+        Ok(self.stale_lookup.lock().unwrap().take().unwrap_or(found))
     }
     fn forget(&self, i: Ino, n: u64) {
         self.fs.forget(i, n)
     }
     fn getattr(&self, i: Ino) -> std::io::Result<Attr> {
+        let before = self.before.lock().unwrap().take();
+        if let Some(f) = before {
+            f();
+        }
+        if self.fail.swap(false, Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
         let mut a = self.fs.getattr(i)?;
         let torn = self.torn.lock().unwrap().take();
         if let Some(change) = torn {
@@ -803,4 +825,53 @@ fn an_answer_read_during_a_change_does_not_replace_the_changes_own() {
     during(Box::new(move || t.set_len(1).unwrap()));
     assert_eq!(f.metadata().unwrap().len(), 1, "a truncate's size lost to an answer read during it");
     assert_eq!(v.read("/f").unwrap(), b"a");
+}
+
+/// A refresh that a FUSE getattr makes (kernel passthrough mode, where the
+/// kernel writes the host file itself) answers what it read, not what is
+/// in core: a read that moved the version after it refuses its store, and
+/// until that read lands what is in core is the older. Here that read (a
+/// watcher's) fails, so it never lands. Fails when the refresh answers
+/// from core (2, where the host file has 6).
+#[test]
+fn a_refresh_answers_what_it_read_when_its_store_is_refused() {
+    let fs = Arc::new(Notifying::new(true));
+    let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    v.write("/f", b"ab").unwrap();
+    let e = v.entry("/f").unwrap();
+    let ino = e.ino();
+    let (host, watcher) = (fs.clone(), v.entry("/f").unwrap());
+    *fs.before.lock().unwrap() = Some(Box::new(move || {
+        // The file grows behind the VFS, and the watcher's refresh of it
+        // moves the version, then fails to read.
+        assert_eq!(host.fs.write(ino, WritePos::At(2), b"cdef").unwrap(), 2);
+        host.fail.store(true, Ordering::SeqCst);
+        assert!(watcher.refresh().is_err());
+    }));
+    assert_eq!(e.refresh().unwrap().len(), 6, "the refresh answered from core, not what it read");
+    assert!(fs.before.lock().unwrap().is_none(), "the change did not run");
+}
+
+/// A lookup's answer for an inode already in core may be older than what
+/// is in core (read before a change whose own refresh has landed, with
+/// the same ctime): it must not replace it. Here the name's dentry is
+/// invalidated while a handle keeps the inode, and the lookup that finds
+/// it again answers the size from before a write, with the write's ctime.
+/// Fails when the lookup's answer is stored (2, not 6).
+#[test]
+fn a_lookups_older_answer_does_not_replace_what_is_in_core() {
+    let fs = Arc::new(Notifying::new(true));
+    let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    v.write("/f", b"ab").unwrap();
+    let e = v.entry("/f").unwrap();
+    let mut torn = fs.getattr(e.ino()).unwrap();
+    let f = v.open("/f", OpenOptions::new().write(true)).unwrap();
+    assert_eq!(f.write_at(b"cdef", 2).unwrap(), 4);
+    assert_eq!(e.metadata().unwrap().len(), 6);
+    torn.ctime = fs.getattr(e.ino()).unwrap().ctime;
+    *fs.stale_lookup.lock().unwrap() = Some(torn);
+    fs.notify.get().expect("attached").entry_changed(v.root_entry().ino(), b"f");
+    assert_eq!(v.metadata("/f").unwrap().len(), 6, "a lookup's older answer replaced what was in core");
+    assert!(fs.stale_lookup.lock().unwrap().is_none(), "the lookup did not reach the filesystem");
+    assert_eq!(e.metadata().unwrap().len(), 6);
 }

@@ -71,7 +71,12 @@ impl Entry {
     /// memfs the cache is the truth, and this is `metadata`.
     pub fn refresh(&self) -> Result<Metadata> {
         let inode = self.inode();
-        inode.reread(inode.fs())?;
+        let a = inode.reread(inode.fs())?;
+        if !inode.is_owned() && inode.data_if_any().is_none() {
+            // Its own answer: what is in core may be older, if another
+            // read's store refused this one and has not landed yet.
+            return Ok(Metadata(a));
+        }
         Ok(Metadata(inode.attr()))
     }
 
