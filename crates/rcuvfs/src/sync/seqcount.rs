@@ -187,7 +187,10 @@ impl SeqLock {
 
     /// The count now, to hand to [`write_if_unchanged`](Self::write_if_unchanged)
     /// later: a version of what the lock protects. Odd while a writer is in
-    /// progress (no later count equals it then).
+    /// progress (no later count equals it then). Acquire, as `raw`: a
+    /// count read stale only makes the check under the lock fail, which
+    /// always sees the latest. The lock is a leaf: `bump` and
+    /// `write_if_unchanged` run nothing but stores under it.
     #[inline]
     pub fn version(&self) -> u32 {
         self.seq.raw()
