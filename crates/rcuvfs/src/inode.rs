@@ -105,6 +105,13 @@ pub(crate) fn ino_hash(ino: Ino) -> u64 {
     (x ^ (x >> 29)).wrapping_mul(0x94d0_49bb_1331_11eb) | 1
 }
 
+/// A read's ticket: the attributes' version after the bump that began it
+/// (a version moves by 2 a write section), in 16 bits.
+#[inline]
+fn ticket(version: u32) -> u16 {
+    (version >> 1) as u16
+}
+
 /// The key of an inode number in an owned table, whose numbers its
 /// filesystem hands out in order, a chunk at a time per thread shard
 /// ([`INO_CHUNK`]): inodes made one after another share a slot line eight
@@ -151,11 +158,15 @@ pub(crate) struct Inode {
     /// The filesystem's own inode (memfs), not a copy: its attributes are
     /// the truth and are never set from outside.
     owned: bool,
+    /// The ticket of the read whose answer the attributes hold (see
+    /// `set_attr_read`); read and written only under `attrs`' lock (a
+    /// cell, not an atomic: loom then checks that order instead of
+    /// branching on each access). (In the padding after `owned`.)
+    read_stored: crate::sync::atomic::UnsafeCell<u16>,
     /// Odd while the cached attributes may be older than the filesystem's
     /// (an update of a copied inode, see `mark_stale`); each mark and each
     /// refresh that cleans moves it on. Read by `attr` on the same line as
     /// the attributes; never written by a read of clean attributes.
-    /// (In the padding after `owned`.)
     stale: AtomicU32,
     pub ino: Ino,
     perm: AtomicU32,
@@ -221,6 +232,7 @@ const ORPHAN_DROP_PAGES: u64 = 1;
 const _: () = assert!(
     std::mem::size_of::<Inode>() == 192
         && std::mem::offset_of!(Inode, times) == 64
+        && std::mem::offset_of!(Inode, ino) == 16
         && std::mem::offset_of!(Inode, refs) == 128
 );
 
@@ -322,6 +334,7 @@ impl Inode {
             blocks: AtomicU64::new(a.blocks),
             rdev: AtomicU64::new(a.rdev),
             stale: AtomicU32::new(0),
+            read_stored: crate::sync::atomic::UnsafeCell::new(0),
             link: AtomicPtr::new(ptr::null_mut()),
             data: AtomicPtr::new(ptr::null_mut()),
             refs: Lockref::new(0),
@@ -391,6 +404,13 @@ impl Inode {
     /// (unless a writer stays in progress past the bounded retries, when it
     /// takes the lock).
     #[inline]
+    /// The size in core, one load outside the sequence count: for a loom
+    /// model, where a whole `attr` multiplies the interleavings to explore.
+    #[cfg(loom)]
+    pub(crate) fn size_now(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
     pub fn attr(&self) -> Attr {
         if !self.owned {
             self.refresh_stale();
@@ -437,26 +457,63 @@ impl Inode {
         self.attrs.read(|| self.cached_attr_locked())
     }
 
-    /// Replaces the cached attributes with `a`, read from the filesystem
-    /// after version `since` was read: refused (`false`) if any store or
-    /// change was recorded since, which may be newer than this answer. An
-    /// owned inode is the truth, and keeps its own.
-    pub fn set_attr_since(&self, a: &Attr, since: u32) -> bool {
+    /// Begins a read of the attributes from the filesystem: moves their
+    /// version on and returns the read's ticket for `set_attr_read`. Reads
+    /// are ordered by their tickets, which is the order in which they
+    /// began.
+    fn begin_read(&self) -> u16 {
+        ticket(self.attrs.bump())
+    }
+
+    /// Replaces the cached attributes with `a`, the answer of the read
+    /// that began with `ticket`, unless the answer of a read that began
+    /// after it is stored already (`false`: what is in core is newer).
+    ///
+    /// A read that began later saw every change that was over when this
+    /// one began, and maybe more: the newest begun is the best answer in
+    /// hand. And when every change is over, the last read begun is one
+    /// begun after them all, whose answer is in core once it lands. Two
+    /// rules this keeps:
+    /// - A read begun during a change (a watcher's, torn: a host write sets
+    ///   ctime before it grows the size) never replaces the answer of the
+    ///   change's own refresh, which begins after the change.
+    /// - A refresh that returns leaves its answer in core or a newer one,
+    ///   even while reads begun later are under way: a stat answered from
+    ///   core right after a write's refresh sees the write. (Refusing
+    ///   every store made after a later read began, as this did first,
+    ///   left the older answer in core until that read landed: CI's fsx
+    ///   through the io_uring passthrough mount, a stat after a write in
+    ///   two halves finding the first half's size.)
+    ///
+    /// Tickets are 16 bits, compared wrapping: a read must land within
+    /// 32,767 reads and stores of the inode begun after it. One that lands
+    /// later may be stored or refused wrongly; the next refresh mends it.
+    /// An owned inode is the truth, and keeps its own.
+    pub fn set_attr_read(&self, a: &Attr, ticket: u16) -> bool {
         debug_assert_eq!(a.ino, self.ino);
         if self.owned {
             return true;
         }
-        let Some(_w) = self.attrs.write_if_unchanged(since) else { return false };
-        // Every change moves ctime forward, so an answer with an older
-        // ctime is an older state: nothing to store, as newer is in core (a
-        // filesystem whose truth is shared between machines keeps ctime
-        // strictly increasing per inode whatever their clocks: see
-        // `fs::etcd`). An equal ctime is no evidence of order: the version
-        // is.
+        // SAFETY: `read_stored` is read and written only under the lock,
+        // which `write_if` holds while it calls this.
+        let newer = |_| (ticket.wrapping_sub(unsafe { crate::sync::atomic::cell_get(&self.read_stored) }) as i16) > 0;
+        let Some(_w) = self.attrs.write_if(newer) else { return false };
+        self.store_checked(a, ticket);
+        true
+    }
+
+    /// In a write section: stores `a`, stamped `ticket`, unless its ctime
+    /// is older than what is in core. Every change moves ctime forward, so
+    /// an answer with an older ctime is an older state (a filesystem whose
+    /// truth is shared between machines keeps ctime strictly increasing
+    /// per inode whatever their clocks: see `fs::etcd`). An equal ctime is
+    /// no evidence of order: the ticket is.
+    fn store_checked(&self, a: &Attr, ticket: u16) {
         if a.ctime >= self.times.load(CTIME) {
             self.store_attr(a);
+            // SAFETY: in a write section, under the lock.
+            unsafe { crate::sync::atomic::cell_set(&self.read_stored, ticket) };
         }
-        true
     }
 
     fn store_attr(&self, a: &Attr) {
@@ -602,24 +659,21 @@ impl Inode {
         }
     }
 
-    /// Reads the attributes again if they were marked stale. The mark is
-    /// cleaned only if no other was made meanwhile and this read was
-    /// stored; a call that fails or is refused leaves it (the next `attr`
-    /// tries again), except ENOENT and ESTALE: the inode is gone from the
-    /// filesystem, and nothing newer will come. It moves the version as a
-    /// refresh does: two of these may read on either side of a change, and
-    /// the one that read first must not be stored last.
+    /// Reads the attributes again if they were marked stale, and cleans the
+    /// mark if no other was made meanwhile: when this read is stored, or
+    /// refused because one begun after it is (which began after the mark
+    /// too). A call that fails leaves the mark (the next `attr` tries
+    /// again), except ENOENT and ESTALE: the inode is gone from the
+    /// filesystem, and nothing newer will come.
     fn refresh_stale(&self) {
         let g = self.stale.load(Ordering::Acquire);
         if g & 1 == 0 {
             return;
         }
-        let since = self.attrs.bump();
+        let t = self.begin_read();
         match self.fs().getattr(self.ino) {
             Ok(a) => {
-                if !self.set_attr_since(&a, since) {
-                    return;
-                }
+                self.set_attr_read(&a, t);
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESTALE)) => {}
             Err(_) => return,
@@ -637,42 +691,43 @@ impl Inode {
 
     /// `refresh`, with the filesystem's answer or error. The answer is
     /// returned even where its store was refused: it was read after this
-    /// call began, so it is no older than what the caller asks about, while
-    /// what is in core may be older until the read that refused it lands.
-    /// An owned inode answers from core.
+    /// call began, so it is no older than what the caller asks about. An
+    /// owned inode answers from core.
     ///
-    /// A change is over when this is called, so it first moves the
-    /// attributes' version on: any read of the filesystem begun before (a
-    /// watcher's, another call's) may have seen the change half made, and
-    /// its store is refused (`set_attr_since`). A host's write sets ctime
-    /// before it grows the size, so a stat in the middle reads the new
-    /// ctime with the old size, and ctime cannot tell it from the answer
-    /// read after (the passthrough over FUSE with the kernel's cache: a
-    /// `fstat` after a write found the size of the write's first half).
-    /// Then this read's own store is refused only for a store made since
-    /// by a read that began after the version moved: as new as this one.
+    /// A change is over when this is called, so this read begins after it
+    /// and is ordered after every read begun before (`set_attr_read`): one
+    /// of those may have seen the change half made, and it is not stored
+    /// once this is.
     pub fn reread(&self, fs: &dyn FileSystem) -> crate::error::Result<Attr> {
         if self.owned {
             return Ok(self.attr());
         }
-        let since = self.attrs.bump();
+        let t = self.begin_read();
         let a = fs.getattr(self.ino)?;
-        self.set_attr_since(&a, since);
+        self.set_attr_read(&a, t);
         Ok(a)
     }
 
     /// Stores the attributes a filesystem call returned after changing the
     /// object (a setattr), read at its end: `since` is the version read
-    /// before the call. If another store or change came meanwhile, that
-    /// answer may be the older, or may miss this change: read again.
+    /// before the call. If nothing began or was stored meanwhile, the
+    /// answer is the newest there is, stamped as a read begun now. If
+    /// something did, that may be newer than this answer (a write's
+    /// refresh, begun after this call's answer was read but before this),
+    /// or miss this change (a read begun before it): read again.
     pub fn set_attr_after(&self, a: &Attr, since: u32) {
-        if !self.set_attr_since(a, since) {
-            self.refresh(self.fs());
+        if self.owned {
+            return;
+        }
+        match self.attrs.write_if(|v| v == since) {
+            // The section's end moves the version to `since + 2`: the
+            // ticket a read begun now would have, and no read has.
+            Some(_w) => self.store_checked(a, ticket(since.wrapping_add(2))),
+            None => self.refresh(self.fs()),
         }
     }
 
-    /// The attributes' version now, for `set_attr_since` and
-    /// `set_attr_after`.
+    /// The attributes' version now, for `set_attr_after`.
     pub fn attr_version(&self) -> u32 {
         self.attrs.version()
     }
@@ -1727,10 +1782,11 @@ fn what_a_stat_reads_fills_the_first_two_lines() {
 /// A filesystem's answers may reach the in-core inode in the other order
 /// than it made the changes (a truncate's, then a write's refresh read
 /// before the truncate): the older attributes, by ctime, must not replace
-/// the newer, and a store that began before another landed is refused.
+/// the newer; of two reads, the one begun later wins whichever lands
+/// first; a setattr's answer stands only if nothing began meanwhile.
 #[cfg(all(test, not(loom)))]
 #[test]
-fn set_attr_since_keeps_the_newer_of_two_answers() {
+fn set_attr_read_keeps_the_newer_of_two_answers() {
     use crate::fs::{FileSystem, Timespec};
     let mut old = crate::fs::memfs::MemFs::default().getattr(1).unwrap();
     old.size = 100;
@@ -1739,21 +1795,42 @@ fn set_attr_since_keeps_the_newer_of_two_answers() {
     let mut new = old.clone();
     new.size = 5;
     new.ctime = Timespec { sec: 10, nsec: 1 };
-    assert!(i.set_attr_since(&new, i.attr_version()));
-    assert!(i.set_attr_since(&old, i.attr_version()));
-    assert_eq!(i.attr().size, 5, "an older answer replaced a newer one");
-    // The same ctime (a coarse clock) is no evidence of order: applied,
-    // as the version has not moved since this read began.
-    let mut same = new.clone();
-    same.size = 7;
-    let since = i.attr_version();
-    assert!(i.set_attr_since(&same, since));
-    assert_eq!(i.attr().size, 7);
-    // Read before that store: refused, whatever its ctime.
-    let mut torn = same.clone();
+    assert!(i.set_attr_read(&new, i.begin_read()));
+    assert!(i.set_attr_read(&old, i.begin_read()));
+    assert_eq!(i.attr().size, 5, "an older answer, by ctime, replaced a newer one");
+    // The same ctime (a coarse clock) is no evidence of order: the ticket
+    // is. Begun first, landed last: refused.
+    let (first, second) = (i.begin_read(), i.begin_read());
+    let (mut torn, mut same) = (new.clone(), new.clone());
     torn.size = 6;
-    assert!(!i.set_attr_since(&torn, since), "a read begun before a store landed after it");
+    same.size = 7;
+    assert!(i.set_attr_read(&same, second));
+    assert!(!i.set_attr_read(&torn, first), "a read begun before another landed after it");
     assert_eq!(i.attr().size, 7);
+    // Begun first, landed first: stored, then replaced by the later read.
+    let (first, second) = (i.begin_read(), i.begin_read());
+    torn.size = 8;
+    same.size = 9;
+    assert!(i.set_attr_read(&torn, first), "a read was refused for one begun after it, still under way");
+    assert_eq!(i.attr().size, 8);
+    assert!(i.set_attr_read(&same, second));
+    assert_eq!(i.attr().size, 9);
+    // Tickets wrap (16 bits): the order holds across the wrap.
+    for _ in 0..40_000 {
+        assert!(i.set_attr_read(&same, i.begin_read()));
+    }
+    let recent = i.begin_read();
+    assert!(i.set_attr_read(&same, i.begin_read()));
+    assert!(!i.set_attr_read(&torn, recent), "refused after the tickets wrapped");
+    // A setattr's answer: stored if nothing began since the call began,
+    // and newer than any read begun before.
+    let before = i.begin_read();
+    let since = i.attr_version();
+    same.size = 10;
+    i.set_attr_after(&same, since);
+    assert_eq!(i.attr().size, 10);
+    assert!(!i.set_attr_read(&torn, before), "a read begun before a setattr's answer landed after it");
+    assert_eq!(i.attr().size, 10);
 }
 
 #[cfg(all(test, not(loom)))]

@@ -832,7 +832,8 @@ fn an_answer_read_during_a_change_does_not_replace_the_changes_own() {
 /// in core: a read that moved the version after it refuses its store, and
 /// until that read lands what is in core is the older. Here that read (a
 /// watcher's) fails, so it never lands. Fails when the refresh answers
-/// from core (2, where the host file has 6).
+/// from core (2, where the host file has 6), or when the failed read does
+/// not mark the attributes stale (the next stat's 2).
 #[test]
 fn a_refresh_answers_what_it_read_when_its_store_is_refused() {
     let fs = Arc::new(Notifying::new(true));
@@ -850,6 +851,50 @@ fn a_refresh_answers_what_it_read_when_its_store_is_refused() {
     }));
     assert_eq!(e.refresh().unwrap().len(), 6, "the refresh answered from core, not what it read");
     assert!(fs.before.lock().unwrap().is_none(), "the change did not run");
+    // The failed refresh refused the store of the one that read 6: in core
+    // is still the size from before, until something reads again. The
+    // failure marked it stale, so the next stat does.
+    assert_eq!(e.metadata().unwrap().len(), 6, "a refresh that failed left the answer it refused lost");
+}
+
+/// A refresh that has returned leaves in core its own answer or one read
+/// after it began, even while a read begun later (a watcher's) is still
+/// under way. Here the change's refresh reads 6 while the watcher's, begun
+/// after it, waits inside the filesystem; a stat then must answer 6. Fails
+/// when the later read's start refuses the earlier read's store (the
+/// stat's 2): CI's fsx "Size error" through the io_uring passthrough
+/// mount, where a stat after a write the kernel sent in two halves found
+/// the first half's size.
+#[test]
+fn a_refresh_is_in_core_when_it_returns_while_a_later_one_is_under_way() {
+    let fs = Arc::new(Notifying::new(true));
+    let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    v.write("/f", b"ab").unwrap();
+    let e = v.entry("/f").unwrap();
+    let ino = e.ino();
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (host, watcher) = (fs.clone(), v.entry("/f").unwrap());
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let slot_in = slot.clone();
+    *fs.before.lock().unwrap() = Some(Box::new(move || {
+        // The file grows behind the VFS; the watcher's refresh of it starts
+        // and waits inside the filesystem's getattr.
+        host.fs.write(ino, WritePos::At(2), b"cdef").unwrap();
+        *host.before.lock().unwrap() = Some(Box::new(move || {
+            entered_tx.send(()).unwrap();
+            let _ = go_rx.recv();
+        }));
+        *slot_in.lock().unwrap() = Some(thread::spawn(move || watcher.refresh().map(|m| m.len())));
+        entered_rx.recv().unwrap();
+    }));
+    assert_eq!(e.refresh().unwrap().len(), 6);
+    let in_core = e.metadata().unwrap().len();
+    go_tx.send(()).unwrap();
+    let t = slot.lock().unwrap().take().expect("the watcher's refresh did not start");
+    assert_eq!(t.join().unwrap().unwrap(), 6);
+    assert_eq!(in_core, 6, "a refresh that returned left an older answer in core");
+    assert_eq!(e.metadata().unwrap().len(), 6);
 }
 
 /// A lookup's answer for an inode already in core may be older than what

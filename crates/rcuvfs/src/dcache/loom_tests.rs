@@ -906,12 +906,13 @@ fn loom_mark_stale_vs_refresh() {
 
 /// A refresh that read the filesystem while a change was under way (its
 /// ctime moved, its size not yet: a host's write) never outlives the
-/// change's own refresh: once both are done, the size is the changed one.
-/// ctime cannot order the two answers (it is the same); the attributes'
-/// version does. Fails without it (the torn answer stored last), and with
-/// a refresh that does not move the version before it reads (the torn
-/// answer stored between the change's read and its store refuses the
-/// latter).
+/// change's own refresh: once both are done, the size is the changed one;
+/// and once the change's refresh has returned, that size is in core,
+/// whatever the watcher's is doing. ctime cannot order the two answers (it
+/// is the same); the order in which the reads began does (their tickets).
+/// Fails without the tickets (the torn answer stored last), and when a read
+/// begun later refuses an earlier one's store while it is under way (the
+/// writer's assertion: size 0).
 #[test]
 fn loom_a_refresh_torn_by_a_change_never_outlives_the_changes_own() {
     model(|| {
@@ -926,7 +927,12 @@ fn loom_a_refresh_torn_by_a_change_never_outlives_the_changes_own() {
                 fs.changes.fetch_add(1, loom::sync::atomic::Ordering::SeqCst);
                 fs.lag.store(0, loom::sync::atomic::Ordering::SeqCst);
                 let d = dc.lookup_ref(dc.root(), b"x").expect("cached");
-                d.inode().expect("positive").refresh(&*fs);
+                let inode = d.inode().expect("positive");
+                inode.refresh(&*fs);
+                // Its own answer or a newer one, even with the watcher's
+                // read still under way. (One load, not `attr`: the model's
+                // time.)
+                assert_eq!(inode.size_now(), 1, "a refresh that returned left an older answer in core");
             })
         };
         let watcher = {

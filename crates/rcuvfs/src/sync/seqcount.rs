@@ -185,20 +185,20 @@ impl SeqLock {
         SeqLockWriteGuard { lock: self }
     }
 
-    /// The count now, to hand to [`write_if_unchanged`](Self::write_if_unchanged)
-    /// later: a version of what the lock protects. Odd while a writer is in
+    /// The count now, to compare in [`write_if`](Self::write_if) later: a
+    /// version of what the lock protects. Odd while a writer is in
     /// progress (no later count equals it then). Acquire, as `raw`: a
     /// count read stale only makes the check under the lock fail, which
     /// always sees the latest. The lock is a leaf: `bump` and
-    /// `write_if_unchanged` run nothing but stores under it.
+    /// `write_if` run nothing but stores and loads under it.
     #[inline]
     pub fn version(&self) -> u32 {
         self.seq.raw()
     }
 
     /// Opens a write section and closes it at once, with nothing written:
-    /// moves the version on, so that every `write_if_unchanged` holding an
-    /// older one fails. Returns the new version.
+    /// moves the version on (every writer that holds an older one may
+    /// tell). Returns the new version, which no other call returns.
     pub fn bump(&self) -> u32 {
         self.lock.lock();
         self.seq.write_begin();
@@ -209,12 +209,12 @@ impl SeqLock {
         v
     }
 
-    /// Takes the lock and opens a write section, if the version is still
-    /// `version`: no write section ran since it was read. `None` (and the
-    /// lock let go) otherwise.
-    pub fn write_if_unchanged(&self, version: u32) -> Option<SeqLockWriteGuard<'_>> {
+    /// Takes the lock and opens a write section if `ok`, called under the
+    /// lock with the version, says so. `None` (and the lock let go)
+    /// otherwise: a refused writer disturbs no reader.
+    pub fn write_if(&self, ok: impl FnOnce(u32) -> bool) -> Option<SeqLockWriteGuard<'_>> {
         self.lock.lock();
-        if self.seq.raw() != version {
+        if !ok(self.seq.raw()) {
             // SAFETY: taken above.
             unsafe { self.lock.unlock() };
             return None;
