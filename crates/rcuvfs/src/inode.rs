@@ -105,12 +105,17 @@ pub(crate) fn ino_hash(ino: Ino) -> u64 {
     (x ^ (x >> 29)).wrapping_mul(0x94d0_49bb_1331_11eb) | 1
 }
 
-/// A read's ticket: the attributes' version after the bump that began it
-/// (a version moves by 2 a write section), in 16 bits.
+/// A read's ticket: the attributes' version when it began (a version
+/// moves by 2 a write section), in 16 bits.
 #[inline]
 fn ticket(version: u32) -> u16 {
     (version >> 1) as u16
 }
+
+/// How far behind the version the stored answer's ticket may fall, and
+/// the age (in write sections) past which a read is refused: a quarter of
+/// the 16-bit range, so that every ticket compared lies within half of it.
+const TICKET_WINDOW: u16 = 0x4000;
 
 /// The key of an inode number in an owned table, whose numbers its
 /// filesystem hands out in order, a chunk at a time per thread shard
@@ -400,10 +405,6 @@ impl Inode {
         }
     }
 
-    /// The attributes, as one consistent snapshot. Writes nothing shared
-    /// (unless a writer stays in progress past the bounded retries, when it
-    /// takes the lock).
-    #[inline]
     /// The size in core, one load outside the sequence count: for a loom
     /// model, where a whole `attr` multiplies the interleavings to explore.
     #[cfg(loom)]
@@ -411,6 +412,10 @@ impl Inode {
         self.size.load(Ordering::Acquire)
     }
 
+    /// The attributes, as one consistent snapshot. Writes nothing shared
+    /// (unless a writer stays in progress past the bounded retries, when it
+    /// takes the lock).
+    #[inline]
     pub fn attr(&self) -> Attr {
         if !self.owned {
             self.refresh_stale();
@@ -458,16 +463,43 @@ impl Inode {
     }
 
     /// Begins a read of the attributes from the filesystem: moves their
-    /// version on and returns the read's ticket for `set_attr_read`. Reads
-    /// are ordered by their tickets, which is the order in which they
+    /// version on and returns it, the read's start for `set_attr_read`.
+    /// Reads are ordered by their starts, which is the order in which they
     /// began.
-    fn begin_read(&self) -> u16 {
-        ticket(self.attrs.bump())
+    fn begin_read(&self) -> u32 {
+        let mut start = 0;
+        // A write section with nothing written: moves the version by 2.
+        drop(self.attrs.write_if(|v| {
+            start = v.wrapping_add(2);
+            // SAFETY: under the lock (`write_if` holds it while it calls this).
+            unsafe { self.keep_stored_in_window(start) };
+            true
+        }));
+        start
+    }
+
+    /// Keeps `read_stored` within [`TICKET_WINDOW`] tickets of the version
+    /// `now`, where a 16-bit comparison with the ticket of any read younger
+    /// than the window is exact. Raising it to the window's floor changes
+    /// no answer: every read it could refuse is refused by age already.
+    ///
+    /// # Safety
+    /// Under the attributes' lock.
+    unsafe fn keep_stored_in_window(&self, now: u32) {
+        let floor = ticket(now).wrapping_sub(TICKET_WINDOW);
+        // SAFETY: the caller holds the lock.
+        let stored = unsafe { crate::sync::atomic::cell_get(&self.read_stored) };
+        if (stored.wrapping_sub(floor) as i16) < 0 {
+            // SAFETY: as above.
+            unsafe { crate::sync::atomic::cell_set(&self.read_stored, floor) };
+        }
     }
 
     /// Replaces the cached attributes with `a`, the answer of the read
-    /// that began with `ticket`, unless the answer of a read that began
-    /// after it is stored already (`false`: what is in core is newer).
+    /// that began at `start` (`begin_read`), unless the answer of a read
+    /// that began after it is stored already. Returns whether in core is
+    /// now this answer or a newer one: `false` only for a read older than
+    /// the window (below), refused whatever is in core.
     ///
     /// A read that began later saw every change that was over when this
     /// one began, and maybe more: the newest begun is the best answer in
@@ -485,20 +517,32 @@ impl Inode {
     ///   through the io_uring passthrough mount, a stat after a write in
     ///   two halves finding the first half's size.)
     ///
-    /// Tickets are 16 bits, compared wrapping: a read must land within
-    /// 32,767 reads and stores of the inode begun after it. One that lands
-    /// later may be stored or refused wrongly; the next refresh mends it.
+    /// The stored answer's ticket is 16 bits (it lives in the inode's
+    /// padding), kept within [`TICKET_WINDOW`] of the version. A read that
+    /// lands after that many other reads and stores of the inode began
+    /// (a getattr blocked for that long) is refused by its age, measured
+    /// on its 32-bit start: its order with the stored answer cannot be
+    /// told.
     /// An owned inode is the truth, and keeps its own.
-    pub fn set_attr_read(&self, a: &Attr, ticket: u16) -> bool {
+    pub fn set_attr_read(&self, a: &Attr, start: u32) -> bool {
         debug_assert_eq!(a.ino, self.ino);
         if self.owned {
             return true;
         }
-        // SAFETY: `read_stored` is read and written only under the lock,
-        // which `write_if` holds while it calls this.
-        let newer = |_| (ticket.wrapping_sub(unsafe { crate::sync::atomic::cell_get(&self.read_stored) }) as i16) > 0;
-        let Some(_w) = self.attrs.write_if(newer) else { return false };
-        self.store_checked(a, ticket);
+        let mut young = true;
+        let newer = |v: u32| {
+            if v.wrapping_sub(start) >= 2 * u32::from(TICKET_WINDOW) {
+                young = false;
+                return false;
+            }
+            // SAFETY: `read_stored` is read and written only under the
+            // lock, which `write_if` holds while it calls this.
+            unsafe { self.keep_stored_in_window(v) };
+            let stored = unsafe { crate::sync::atomic::cell_get(&self.read_stored) };
+            (ticket(start).wrapping_sub(stored) as i16) > 0
+        };
+        let Some(_w) = self.attrs.write_if(newer) else { return young };
+        self.store_checked(a, ticket(start));
         true
     }
 
@@ -509,6 +553,8 @@ impl Inode {
     /// per inode whatever their clocks: see `fs::etcd`). An equal ctime is
     /// no evidence of order: the ticket is.
     fn store_checked(&self, a: &Attr, ticket: u16) {
+        // (`ticket` is within the window: a young read's, or the version's
+        // own in `set_attr_after`.)
         if a.ctime >= self.times.load(CTIME) {
             self.store_attr(a);
             // SAFETY: in a write section, under the lock.
@@ -660,20 +706,22 @@ impl Inode {
     }
 
     /// Reads the attributes again if they were marked stale, and cleans the
-    /// mark if no other was made meanwhile: when this read is stored, or
-    /// refused because one begun after it is (which began after the mark
-    /// too). A call that fails leaves the mark (the next `attr` tries
-    /// again), except ENOENT and ESTALE: the inode is gone from the
-    /// filesystem, and nothing newer will come.
+    /// mark if no other was made meanwhile and in core is now this read's
+    /// answer or a newer one (one begun after it, so after the mark). A
+    /// call that fails leaves the mark (the next `attr` tries again), and
+    /// so does a read refused for its age; except ENOENT and ESTALE: the
+    /// inode is gone from the filesystem, and nothing newer will come.
     fn refresh_stale(&self) {
         let g = self.stale.load(Ordering::Acquire);
         if g & 1 == 0 {
             return;
         }
-        let t = self.begin_read();
+        let start = self.begin_read();
         match self.fs().getattr(self.ino) {
             Ok(a) => {
-                self.set_attr_read(&a, t);
+                if !self.set_attr_read(&a, start) {
+                    return;
+                }
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESTALE)) => {}
             Err(_) => return,
@@ -697,24 +745,29 @@ impl Inode {
     /// A change is over when this is called, so this read begins after it
     /// and is ordered after every read begun before (`set_attr_read`): one
     /// of those may have seen the change half made, and it is not stored
-    /// once this is.
+    /// once this is. If this read fails, or is refused for its age, one of
+    /// those may be what stays in core: the attributes are marked stale,
+    /// and the next `attr` reads again.
     pub fn reread(&self, fs: &dyn FileSystem) -> crate::error::Result<Attr> {
         if self.owned {
             return Ok(self.attr());
         }
-        let t = self.begin_read();
-        let a = fs.getattr(self.ino)?;
-        self.set_attr_read(&a, t);
+        let start = self.begin_read();
+        let a = fs.getattr(self.ino).inspect_err(|_| self.mark_stale())?;
+        if !self.set_attr_read(&a, start) {
+            self.mark_stale();
+        }
         Ok(a)
     }
 
     /// Stores the attributes a filesystem call returned after changing the
     /// object (a setattr), read at its end: `since` is the version read
     /// before the call. If nothing began or was stored meanwhile, the
-    /// answer is the newest there is, stamped as a read begun now. If
-    /// something did, that may be newer than this answer (a write's
-    /// refresh, begun after this call's answer was read but before this),
-    /// or miss this change (a read begun before it): read again.
+    /// answer is the newest there is, and is stored as a read begun now
+    /// (unless its ctime is older than what is in core). If something did,
+    /// that may be newer than this answer (a write's refresh, begun after
+    /// this call's answer was read but before this), or miss this change
+    /// (a read begun before it): read again.
     pub fn set_attr_after(&self, a: &Attr, since: u32) {
         if self.owned {
             return;
@@ -1334,9 +1387,9 @@ impl InodeTable {
     /// A referenced in-core inode for `attr.ino`, if one is in core and not
     /// dying. A copy whose attributes differ from `attr` (a lookup's
     /// answer) is marked stale rather than given them: the lookup read the
-    /// filesystem without the inode's version (it did not know the inode
-    /// yet), so its answer may be older than what is in core, or read in
-    /// the middle of a change; the next `attr` reads again, by version.
+    /// filesystem without a ticket (it did not know the inode yet), so its
+    /// answer may be older than what is in core, or read in the middle of
+    /// a change; the next `attr` reads again, with one.
     fn try_get(&self, attr: &Attr, counters: &LiveCounters, rcu: &Rcu) -> Option<*const Inode> {
         let g = rcu.read_lock();
         let i = self.get(&g, attr.ino)?;
@@ -1798,30 +1851,46 @@ fn set_attr_read_keeps_the_newer_of_two_answers() {
     assert!(i.set_attr_read(&new, i.begin_read()));
     assert!(i.set_attr_read(&old, i.begin_read()));
     assert_eq!(i.attr().size, 5, "an older answer, by ctime, replaced a newer one");
-    // The same ctime (a coarse clock) is no evidence of order: the ticket
-    // is. Begun first, landed last: refused.
+    // The same ctime (a coarse clock) is no evidence of order: the start
+    // is. Begun first, landed last: refused (what is in core is newer).
     let (first, second) = (i.begin_read(), i.begin_read());
     let (mut torn, mut same) = (new.clone(), new.clone());
     torn.size = 6;
     same.size = 7;
     assert!(i.set_attr_read(&same, second));
-    assert!(!i.set_attr_read(&torn, first), "a read begun before another landed after it");
-    assert_eq!(i.attr().size, 7);
+    assert!(i.set_attr_read(&torn, first));
+    assert_eq!(i.attr().size, 7, "a read begun before another landed after it");
     // Begun first, landed first: stored, then replaced by the later read.
     let (first, second) = (i.begin_read(), i.begin_read());
     torn.size = 8;
     same.size = 9;
-    assert!(i.set_attr_read(&torn, first), "a read was refused for one begun after it, still under way");
-    assert_eq!(i.attr().size, 8);
+    assert!(i.set_attr_read(&torn, first));
+    assert_eq!(i.attr().size, 8, "a read was refused for one begun after it, still under way");
     assert!(i.set_attr_read(&same, second));
     assert_eq!(i.attr().size, 9);
-    // Tickets wrap (16 bits): the order holds across the wrap.
+    // Tickets are 16 bits: the order holds across their wrap, and after
+    // many reads that stored nothing (failed, or refused by ctime).
     for _ in 0..40_000 {
         assert!(i.set_attr_read(&same, i.begin_read()));
     }
-    let recent = i.begin_read();
-    assert!(i.set_attr_read(&same, i.begin_read()));
-    assert!(!i.set_attr_read(&torn, recent), "refused after the tickets wrapped");
+    for _ in 0..70_000 {
+        i.begin_read();
+    }
+    let (first, second) = (i.begin_read(), i.begin_read());
+    torn.size = 11;
+    same.size = 12;
+    assert!(i.set_attr_read(&torn, first));
+    assert_eq!(i.attr().size, 11, "a young read was refused after many reads that stored nothing");
+    assert!(i.set_attr_read(&same, second));
+    assert!(i.set_attr_read(&torn, first));
+    assert_eq!(i.attr().size, 12, "a read begun first landed last after the tickets wrapped");
+    // A read older than the window is refused whatever is in core.
+    let ancient = i.begin_read();
+    for _ in 0..TICKET_WINDOW {
+        i.begin_read();
+    }
+    assert!(!i.set_attr_read(&torn, ancient), "a read older than the window was stored");
+    assert_eq!(i.attr().size, 12);
     // A setattr's answer: stored if nothing began since the call began,
     // and newer than any read begun before.
     let before = i.begin_read();
@@ -1829,8 +1898,8 @@ fn set_attr_read_keeps_the_newer_of_two_answers() {
     same.size = 10;
     i.set_attr_after(&same, since);
     assert_eq!(i.attr().size, 10);
-    assert!(!i.set_attr_read(&torn, before), "a read begun before a setattr's answer landed after it");
-    assert_eq!(i.attr().size, 10);
+    assert!(i.set_attr_read(&torn, before));
+    assert_eq!(i.attr().size, 10, "a read begun before a setattr's answer landed after it");
 }
 
 #[cfg(all(test, not(loom)))]

@@ -827,15 +827,14 @@ fn an_answer_read_during_a_change_does_not_replace_the_changes_own() {
     assert_eq!(v.read("/f").unwrap(), b"a");
 }
 
-/// A refresh that a FUSE getattr makes (kernel passthrough mode, where the
-/// kernel writes the host file itself) answers what it read, not what is
-/// in core: a read that moved the version after it refuses its store, and
-/// until that read lands what is in core is the older. Here that read (a
-/// watcher's) fails, so it never lands. Fails when the refresh answers
-/// from core (2, where the host file has 6), or when the failed read does
-/// not mark the attributes stale (the next stat's 2).
+/// A read that begins after another and fails refuses nothing: the other's
+/// answer lands. Here a FUSE getattr's refresh (kernel passthrough mode,
+/// where the kernel writes the host file itself) reads 6 while a watcher's
+/// refresh, begun after it, fails. Fails when any later start refuses a
+/// store (the version rule before the tickets): the stat's 2, where the
+/// host file has 6, until something reads again.
 #[test]
-fn a_refresh_answers_what_it_read_when_its_store_is_refused() {
+fn a_failed_read_refuses_no_store() {
     let fs = Arc::new(Notifying::new(true));
     let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
     v.write("/f", b"ab").unwrap();
@@ -844,17 +843,49 @@ fn a_refresh_answers_what_it_read_when_its_store_is_refused() {
     let (host, watcher) = (fs.clone(), v.entry("/f").unwrap());
     *fs.before.lock().unwrap() = Some(Box::new(move || {
         // The file grows behind the VFS, and the watcher's refresh of it
-        // moves the version, then fails to read.
+        // begins, then fails to read.
         assert_eq!(host.fs.write(ino, WritePos::At(2), b"cdef").unwrap(), 2);
         host.fail.store(true, Ordering::SeqCst);
         assert!(watcher.refresh().is_err());
     }));
-    assert_eq!(e.refresh().unwrap().len(), 6, "the refresh answered from core, not what it read");
+    assert_eq!(e.refresh().unwrap().len(), 6, "the refresh answered an older size than it read");
     assert!(fs.before.lock().unwrap().is_none(), "the change did not run");
-    // The failed refresh refused the store of the one that read 6: in core
-    // is still the size from before, until something reads again. The
-    // failure marked it stale, so the next stat does.
-    assert_eq!(e.metadata().unwrap().len(), 6, "a refresh that failed left the answer it refused lost");
+    // The watcher's failure marked the attributes stale too: the stat
+    // reads again, and finds the same.
+    assert_eq!(e.metadata().unwrap().len(), 6, "a read that failed refused the store of one begun before it");
+}
+
+/// A change's own refresh that fails leaves whatever a read begun before it
+/// stored, which may have seen the change half made: the attributes are
+/// marked stale, and the next stat reads again. Here a watcher's read takes
+/// the size before the file grows and its ctime after (a torn answer: 2
+/// bytes with the write's ctime), and lands after the change's refresh
+/// failed. Fails when a failed refresh does not mark the attributes stale
+/// (the stat's 2, where the host file has 6).
+#[test]
+fn a_failed_refresh_leaves_no_torn_answer_in_core() {
+    let fs = Arc::new(Notifying::new(true));
+    let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    v.write("/f", b"ab").unwrap();
+    let e = v.entry("/f").unwrap();
+    let ino = e.ino();
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    *fs.torn.lock().unwrap() = Some(Box::new(move || {
+        entered_tx.send(()).unwrap();
+        let _ = go_rx.recv();
+    }));
+    let watcher = v.entry("/f").unwrap();
+    let w = thread::spawn(move || watcher.refresh().map(|m| m.len()));
+    entered_rx.recv().unwrap();
+    // The watcher has read the size (2). The file grows; the change's own
+    // refresh begins after the watcher's, and fails.
+    fs.fs.write(ino, WritePos::At(2), b"cdef").unwrap();
+    fs.fail.store(true, Ordering::SeqCst);
+    assert!(e.refresh().is_err());
+    go_tx.send(()).unwrap();
+    assert_eq!(w.join().unwrap().unwrap(), 2, "the watcher's answer was not torn");
+    assert_eq!(e.metadata().unwrap().len(), 6, "a failed refresh left a torn answer in core");
 }
 
 /// A refresh that has returned leaves in core its own answer or one read

@@ -73,8 +73,9 @@ impl Entry {
         let inode = self.inode();
         let a = inode.reread(inode.fs())?;
         if !inode.is_owned() && inode.data_if_any().is_none() {
-            // Its own answer: what is in core may be older, if another
-            // read's store refused this one and has not landed yet.
+            // Its own answer: what is in core is the same or newer (a read
+            // begun after this one), unless this read was refused for its
+            // age; this answer was read after the call began in any case.
             return Ok(Metadata(a));
         }
         Ok(Metadata(inode.attr()))
