@@ -112,9 +112,11 @@ fn ticket(version: u32) -> u16 {
     (version >> 1) as u16
 }
 
-/// How far behind the version the stored answer's ticket may fall, and
-/// the age (in write sections) past which a read is refused: a quarter of
-/// the 16-bit range, so that every ticket compared lies within half of it.
+/// How far behind the version the stored answer's ticket is raised to
+/// before every comparison (between them it may fall one section further),
+/// and the age (in tickets: two versions each) past which a read is
+/// refused: a quarter of the 16-bit range, so that every ticket compared
+/// lies within half of it.
 const TICKET_WINDOW: u16 = 0x4000;
 
 /// The key of an inode number in an owned table, whose numbers its
@@ -478,9 +480,12 @@ impl Inode {
         start
     }
 
-    /// Keeps `read_stored` within [`TICKET_WINDOW`] tickets of the version
-    /// `now`, where a 16-bit comparison with the ticket of any read younger
-    /// than the window is exact. Raising it to the window's floor changes
+    /// Raises `read_stored` to within [`TICKET_WINDOW`] tickets of the
+    /// version `now`, where a 16-bit comparison with the ticket of any read
+    /// younger than the window is exact. Called in every section that moves
+    /// the version (a read's start, a store), before it compares, so that
+    /// the ticket never falls more than one section behind the window and
+    /// this test itself stays exact. Raising it to the window's floor changes
     /// no answer: every read it could refuse is refused by age already.
     ///
     /// # Safety
@@ -518,7 +523,8 @@ impl Inode {
     ///   two halves finding the first half's size.)
     ///
     /// The stored answer's ticket is 16 bits (it lives in the inode's
-    /// padding), kept within [`TICKET_WINDOW`] of the version. A read that
+    /// padding), raised to within [`TICKET_WINDOW`] of the version before
+    /// each comparison (`keep_stored_in_window`). A read that
     /// lands after that many other reads and stores of the inode began
     /// (a getattr blocked for that long) is refused by its age, measured
     /// on its 32-bit start: its order with the stored answer cannot be
@@ -552,14 +558,18 @@ impl Inode {
     /// truth is shared between machines keeps ctime strictly increasing
     /// per inode whatever their clocks: see `fs::etcd`). An equal ctime is
     /// no evidence of order: the ticket is.
-    fn store_checked(&self, a: &Attr, ticket: u16) {
-        // (`ticket` is within the window: a young read's, or the version's
-        // own in `set_attr_after`.)
-        if a.ctime >= self.times.load(CTIME) {
-            self.store_attr(a);
-            // SAFETY: in a write section, under the lock.
-            unsafe { crate::sync::atomic::cell_set(&self.read_stored, ticket) };
+    /// Returns whether it stored. (`ticket` is within the window: a young
+    /// read's, or the version's own in `set_attr_after`. One refused by
+    /// ctime leaves `read_stored` where it was, raised by the next section
+    /// that compares.)
+    fn store_checked(&self, a: &Attr, ticket: u16) -> bool {
+        if a.ctime < self.times.load(CTIME) {
+            return false;
         }
+        self.store_attr(a);
+        // SAFETY: in a write section, under the lock.
+        unsafe { crate::sync::atomic::cell_set(&self.read_stored, ticket) };
+        true
     }
 
     fn store_attr(&self, a: &Attr) {
@@ -707,7 +717,8 @@ impl Inode {
 
     /// Reads the attributes again if they were marked stale, and cleans the
     /// mark if no other was made meanwhile and in core is now this read's
-    /// answer or a newer one (one begun after it, so after the mark). A
+    /// answer or a newer one (one begun after it, so after the mark, or
+    /// one with a newer ctime). A
     /// call that fails leaves the mark (the next `attr` tries again), and
     /// so does a read refused for its age; except ENOENT and ESTALE: the
     /// inode is gone from the filesystem, and nothing newer will come.
@@ -764,7 +775,8 @@ impl Inode {
     /// object (a setattr), read at its end: `since` is the version read
     /// before the call. If nothing began or was stored meanwhile, the
     /// answer is the newest there is, and is stored as a read begun now
-    /// (unless its ctime is older than what is in core). If something did,
+    /// (unless its ctime is older than what is in core: then the
+    /// attributes are marked stale). If something did,
     /// that may be newer than this answer (a write's refresh, begun after
     /// this call's answer was read but before this), or miss this change
     /// (a read begun before it): read again.
@@ -772,11 +784,22 @@ impl Inode {
         if self.owned {
             return;
         }
-        match self.attrs.write_if(|v| v == since) {
+        let unchanged = |v: u32| {
+            // SAFETY: under the lock (`write_if` holds it while it calls
+            // this). This section moves the version too.
+            unsafe { self.keep_stored_in_window(v.wrapping_add(2)) };
+            v == since
+        };
+        let stored = match self.attrs.write_if(unchanged) {
             // The section's end moves the version to `since + 2`: the
             // ticket a read begun now would have, and no read has.
             Some(_w) => self.store_checked(a, ticket(since.wrapping_add(2))),
-            None => self.refresh(self.fs()),
+            None => return self.refresh(self.fs()),
+        };
+        if !stored {
+            // Refused by ctime (a host clock stepped back): in core is
+            // not this change's result; the next `attr` reads again.
+            self.mark_stale();
         }
     }
 
@@ -1900,6 +1923,20 @@ fn set_attr_read_keeps_the_newer_of_two_answers() {
     assert_eq!(i.attr().size, 10);
     assert!(i.set_attr_read(&torn, before));
     assert_eq!(i.attr().size, 10, "a read begun before a setattr's answer landed after it");
+    // setattr answers refused by ctime (a host clock stepped back) move
+    // the version and store nothing: a read begun after 50,000 of them is
+    // still ordered right. (They mark the attributes stale, and `attr`
+    // would read this inode's filesystem, which it has not: read the cache.)
+    let mut back = same.clone();
+    back.ctime = Timespec { sec: 1, nsec: 0 };
+    for _ in 0..50_000 {
+        i.set_attr_after(&back, i.attr_version());
+    }
+    let mut later = same.clone();
+    later.size = 13;
+    later.ctime = Timespec { sec: 20, nsec: 0 };
+    assert!(i.set_attr_read(&later, i.begin_read()));
+    assert_eq!(i.cached_attr().size, 13, "a read was refused after setattr answers refused by ctime");
 }
 
 #[cfg(all(test, not(loom)))]
