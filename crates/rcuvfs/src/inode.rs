@@ -544,6 +544,7 @@ impl Inode {
             // SAFETY: `read_stored` is read and written only under the
             // lock, which `write_if` holds while it calls this.
             unsafe { self.keep_stored_in_window(v) };
+            // SAFETY: as above.
             let stored = unsafe { crate::sync::atomic::cell_get(&self.read_stored) };
             (ticket(start).wrapping_sub(stored) as i16) > 0
         };

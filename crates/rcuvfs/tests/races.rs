@@ -855,6 +855,19 @@ fn a_failed_read_refuses_no_store() {
     assert_eq!(e.metadata().unwrap().len(), 6, "a read that failed refused the store of one begun before it");
 }
 
+/// A gate for a filesystem hook: the hook tells the test it is inside the
+/// call (`entered`), then waits until the test opens the gate (`go`, or its
+/// drop when the test fails first).
+fn gate() -> (Box<dyn FnOnce() + Send>, std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+    let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+    let (go, go_rx) = std::sync::mpsc::channel::<()>();
+    let hook = Box::new(move || {
+        entered_tx.send(()).unwrap();
+        let _ = go_rx.recv();
+    });
+    (hook, entered, go)
+}
+
 /// A change's own refresh that fails leaves whatever a read begun before it
 /// stored, which may have seen the change half made: the attributes are
 /// marked stale, and the next stat reads again. Here a watcher's read takes
@@ -869,12 +882,8 @@ fn a_failed_refresh_leaves_no_torn_answer_in_core() {
     v.write("/f", b"ab").unwrap();
     let e = v.entry("/f").unwrap();
     let ino = e.ino();
-    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    *fs.torn.lock().unwrap() = Some(Box::new(move || {
-        entered_tx.send(()).unwrap();
-        let _ = go_rx.recv();
-    }));
+    let (hook, entered_rx, go_tx) = gate();
+    *fs.torn.lock().unwrap() = Some(hook);
     let watcher = v.entry("/f").unwrap();
     let w = thread::spawn(move || watcher.refresh().map(|m| m.len()));
     entered_rx.recv().unwrap();
@@ -903,8 +912,7 @@ fn a_refresh_is_in_core_when_it_returns_while_a_later_one_is_under_way() {
     v.write("/f", b"ab").unwrap();
     let e = v.entry("/f").unwrap();
     let ino = e.ino();
-    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (hook, entered_rx, go_tx) = gate();
     let (host, watcher) = (fs.clone(), v.entry("/f").unwrap());
     let slot = Arc::new(std::sync::Mutex::new(None));
     let slot_in = slot.clone();
@@ -912,10 +920,7 @@ fn a_refresh_is_in_core_when_it_returns_while_a_later_one_is_under_way() {
         // The file grows behind the VFS; the watcher's refresh of it starts
         // and waits inside the filesystem's getattr.
         host.fs.write(ino, WritePos::At(2), b"cdef").unwrap();
-        *host.before.lock().unwrap() = Some(Box::new(move || {
-            entered_tx.send(()).unwrap();
-            let _ = go_rx.recv();
-        }));
+        *host.before.lock().unwrap() = Some(hook);
         *slot_in.lock().unwrap() = Some(thread::spawn(move || watcher.refresh().map(|m| m.len())));
         entered_rx.recv().unwrap();
     }));

@@ -189,24 +189,11 @@ impl SeqLock {
     /// version of what the lock protects. Odd while a writer is in
     /// progress (no later count equals it then). Acquire, as `raw`: a
     /// count read stale only makes the check under the lock fail, which
-    /// always sees the latest. The lock is a leaf: `bump` and
+    /// always sees the latest. The lock is a leaf: the callers of
     /// `write_if` run nothing but stores and loads under it.
     #[inline]
     pub fn version(&self) -> u32 {
         self.seq.raw()
-    }
-
-    /// Opens a write section and closes it at once, with nothing written:
-    /// moves the version on (every writer that holds an older one may
-    /// tell). Returns the new version, which no other call returns.
-    pub fn bump(&self) -> u32 {
-        self.lock.lock();
-        self.seq.write_begin();
-        self.seq.write_end();
-        let v = self.seq.raw();
-        // SAFETY: taken above.
-        unsafe { self.lock.unlock() };
-        v
     }
 
     /// Takes the lock and opens a write section if `ok`, called under the
