@@ -731,8 +731,40 @@ mod tests {
         assert_eq!((s.used_frames, s.mapped_bytes), (0, SPARE_CHUNKS * CHUNK), "{s:?}");
     }
 
+    /// Keeps the calling thread on the CPU it runs on until dropped, then
+    /// gives back its old affinity. The shard caches are per CPU: a test
+    /// that counts what they hold must not move between a free and the
+    /// allocation meant to reuse it, or the frames wait in the other CPU's
+    /// cache and the allocation maps a chunk. (ThreadSanitizer's slowdown
+    /// made that migration happen: "reused, not mapped" failed by one chunk;
+    /// forcing the move to the other CPU reproduces it.)
+    struct OnOneCpu(libc::cpu_set_t);
+
+    impl OnOneCpu {
+        fn new() -> OnOneCpu {
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            // SAFETY: plain data; the calls write only the sets we pass.
+            unsafe {
+                let mut old: libc::cpu_set_t = std::mem::zeroed();
+                assert_eq!(libc::sched_getaffinity(0, size, &mut old), 0);
+                let mut one: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(libc::sched_getcpu() as usize, &mut one);
+                assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
+                OnOneCpu(old)
+            }
+        }
+    }
+
+    impl Drop for OnOneCpu {
+        fn drop(&mut self) {
+            // SAFETY: the set we read in `new`.
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.0) };
+        }
+    }
+
     #[test]
     fn small_frees_reach_other_caches_through_the_depot_and_a_bulk_free_empties_it() {
+        let _cpu = OnOneCpu::new();
         let pool = Pool::new();
         // One frame at a time, as small files take them: through the caches.
         let singles = SHARDS_FRAMES + (DEPOT_MAX + 8) * CACHE_BATCH;
