@@ -150,6 +150,56 @@ fn a_stat_that_memfs_answers_writes_nothing_shared() {
     }
 }
 
+/// The fewest shared writes `op` makes on the objects under `dir`: a
+/// file `f`, a symlink `s` to it (the minimum over several rounds, past
+/// the occasional index resize, and past the coarse clock: a change
+/// stores the directory's times at most once per tick).
+fn writes_per_op(v: &Vfs, dir: &str, op: impl Fn(&Vfs, &str)) -> u64 {
+    (0..20)
+        .map(|_| {
+            let before = audit::count();
+            op(v, dir);
+            audit::count() - before
+        })
+        .min()
+        .unwrap()
+}
+
+#[test]
+fn attribute_changes_readlink_and_link_store_nothing_on_the_ancestors() {
+    // An update of an object that exists walks in RCU and pins only what
+    // it finds, as `open` and a lookup handle do: one three levels deeper
+    // writes exactly as much as one at the top. (chmod, chown, utimens,
+    // truncate, readlink and link's source walked in REF mode, taking and
+    // dropping a reference on every directory on the way: two changes of
+    // two files in one directory wrote the same directory's count.)
+    use rcuvfs::{Permissions, SetTime};
+    type Op = fn(&Vfs, &str);
+    let ops: [(&str, Op); 6] = [
+        ("chmod", |v, d| v.set_permissions(format!("{d}/f"), Permissions::from_mode(0o640)).unwrap()),
+        ("chown", |v, d| v.chown(format!("{d}/f"), Some(0), Some(0)).unwrap()),
+        ("utimens", |v, d| v.set_times(format!("{d}/f"), Some(SetTime::Now), None).unwrap()),
+        ("truncate", |v, d| v.truncate(format!("{d}/f"), 1).unwrap()),
+        ("readlink", |v, d| assert_eq!(v.read_link(format!("{d}/s")).unwrap().as_os_str(), "f")),
+        ("link", |v, d| {
+            v.hard_link(format!("{d}/f"), format!("{d}/l")).unwrap();
+            v.remove_file(format!("{d}/l")).unwrap();
+        }),
+    ];
+    for mode in [RefMode::NoRefs, RefMode::RcuWalk] {
+        let v = cached(mode);
+        v.create_dir("/top").unwrap();
+        for d in ["/top", "/d0/d1/d2"] {
+            v.write(format!("{d}/f"), b"x").unwrap();
+            v.symlink("f", format!("{d}/s")).unwrap();
+        }
+        for (name, op) in ops {
+            let (top, deep) = (writes_per_op(&v, "/top", op), writes_per_op(&v, "/d0/d1/d2", op));
+            assert_eq!(top, deep, "{name}, {mode:?}");
+        }
+    }
+}
+
 /// Through the etcd backend too: a cached path's stat never asks etcd and
 /// stores nothing shared (its dentries are plain dcache entries; the
 /// backend's coherence comes from its watcher, not from a check per

@@ -168,14 +168,18 @@ impl Vfs {
     pub fn set_attr(&self, entry: &Entry, set: &SetAttr) -> Result<Metadata> {
         entry.check_same_vfs(&self.state)?;
         let _g = self.state.global();
+        let _rcu = self.dc().hold_update();
         self.setattr_checked(entry.inode(), set).map(Metadata)
     }
 
     fn setattr_from(&self, start: Start, path: &[u8], follow: bool, set: &SetAttr) -> Result<Attr> {
         check_path(path)?;
         let _g = self.state.global();
-        let (mut w, s) = self.begin(start, path)?;
-        let d = self.dc().walk(&mut w, s, path, follow)?;
+        // One read section for the whole change (`Dcache::hold_update`).
+        let _rcu = self.dc().hold_update();
+        // RCU-walk, pinning only the object (as `open` does): nothing is
+        // stored on the directories on the way.
+        let (_w, d) = self.begin_walk(start, path, follow)?;
         self.setattr_checked(d.inode().expect("positive"), set)
     }
 
@@ -273,8 +277,7 @@ impl Vfs {
     fn read_link_from(&self, start: Start, path: &[u8]) -> Result<PathBuf> {
         check_path(path)?;
         let _g = self.state.global();
-        let (mut w, s) = self.begin(start, path)?;
-        let d = self.dc().walk(&mut w, s, path, false)?;
+        let (_w, d) = self.begin_walk(start, path, false)?;
         link_target(d.inode().expect("positive"))
     }
 

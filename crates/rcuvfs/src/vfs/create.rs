@@ -216,6 +216,7 @@ impl Vfs {
         let name = name.as_ref().as_bytes();
         check_name(name)?;
         let _g = self.state.global();
+        let _rcu = self.dc().hold_update();
         self.link_to(src.mount(), src.dentry(), Start::At(dir), name)
     }
 
@@ -223,8 +224,9 @@ impl Vfs {
         check_path(src)?;
         check_path(dst)?;
         let _g = self.state.global();
-        let (mut w, s) = self.begin(src_start, src)?;
-        let src_d = self.dc().walk(&mut w, s, src, false)?;
+        // One read section for the whole link (`Dcache::hold_update`).
+        let _rcu = self.dc().hold_update();
+        let (w, src_d) = self.begin_walk(src_start, src, false)?;
         self.link_to(w.mnt(), &src_d, dst_start, dst)
     }
 
