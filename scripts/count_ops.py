@@ -13,7 +13,7 @@ import gdb
 gdb.execute("set pagination off")
 gdb.execute("set confirm off")
 gdb.execute("break one_op_mark")
-gdb.execute("run", to_string=True)
+gdb.execute("run " + os.environ.get("COUNT_OPS_ARGS", ""), to_string=True)
 # Past the two warm-up rounds: to the third first mark (its argument,
 # `kind`, is 1 there).
 rounds = 0
@@ -78,7 +78,10 @@ def one():
         gdb.execute("stepi", to_string=True)
 
 
-OPS = ["create (Vfs::write of an empty file)", "stat (Vfs::metadata)", "unlink (Vfs::remove_file)"]
+if os.environ.get("COUNT_OPS_ARGS") == "attr":
+    OPS = ["chmod (Vfs::set_permissions)", "chown (Vfs::chown)", "link (Vfs::hard_link)"]
+else:
+    OPS = ["create (Vfs::write of an empty file)", "stat (Vfs::metadata)", "unlink (Vfs::remove_file)"]
 runs = {op: [] for op in OPS}
 for r in range(ROUNDS):
     if r > 0:

@@ -7,8 +7,11 @@
 //! waited.
 //!
 //! `cargo build --release -p rcuvfs --example one_op && scripts/count-ops`
+//!
+//! With the argument `attr` (`scripts/count-ops attr`), the three are a
+//! chmod, a chown and a hard link of an existing file instead.
 
-use rcuvfs::Vfs;
+use rcuvfs::{Permissions, Vfs};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -42,6 +45,22 @@ fn main() -> std::io::Result<()> {
     // first two and counts the others: a single operation may also pay
     // for work shared by many (the allocator refilling a page, the
     // reclaimer freeing a batch), and the rounds show how often.
+    if std::env::args().nth(1).as_deref() == Some("attr") {
+        // Changes of files that exist (the warm-up's survivors, two levels
+        // down as the creates' are): a chmod, a chown, a link.
+        for r in 0..2 + ROUNDS {
+            let p = format!("/d{}/w{}", r % 10, 1000 + r);
+            let l = format!("/d{}/l{r}", r % 10);
+            one_op_mark(1);
+            v.set_permissions(&p, Permissions::from_mode(0o600 + r as u32 % 2))?;
+            one_op_mark(2);
+            v.chown(&p, Some(r as u32), None)?;
+            one_op_mark(3);
+            v.hard_link(&p, &l)?;
+            one_op_mark(4);
+        }
+        return Ok(());
+    }
     for r in 0..2 + ROUNDS {
         let p = format!("/d{}/f{r}", r % 10);
         one_op_mark(1);
