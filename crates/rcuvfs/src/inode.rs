@@ -524,11 +524,10 @@ impl Inode {
     ///
     /// The stored answer's ticket is 16 bits (it lives in the inode's
     /// padding), raised to within [`TICKET_WINDOW`] of the version before
-    /// each comparison (`keep_stored_in_window`). A read that
-    /// lands after that many other reads and stores of the inode began
-    /// (a getattr blocked for that long) is refused by its age, measured
-    /// on its 32-bit start: its order with the stored answer cannot be
-    /// told.
+    /// each comparison (`keep_stored_in_window`). A read that lands after
+    /// that many other reads and stores of the inode began (a getattr
+    /// blocked for that long) is refused by its age, measured on its
+    /// 32-bit start: its order with the stored answer cannot be told.
     /// An owned inode is the truth, and keeps its own.
     pub fn set_attr_read(&self, a: &Attr, start: u32) -> bool {
         debug_assert_eq!(a.ino, self.ino);
@@ -719,10 +718,10 @@ impl Inode {
     /// Reads the attributes again if they were marked stale, and cleans the
     /// mark if no other was made meanwhile and in core is now this read's
     /// answer or a newer one (one begun after it, so after the mark, or
-    /// one with a newer ctime). A
-    /// call that fails leaves the mark (the next `attr` tries again), and
-    /// so does a read refused for its age; except ENOENT and ESTALE: the
-    /// inode is gone from the filesystem, and nothing newer will come.
+    /// one with a newer ctime). A call that fails leaves the mark (the next
+    /// `attr` tries again), and so does a read refused for its age; except
+    /// ENOENT and ESTALE: the inode is gone from the filesystem, and nothing
+    /// newer will come.
     fn refresh_stale(&self) {
         let g = self.stale.load(Ordering::Acquire);
         if g & 1 == 0 {
@@ -777,8 +776,8 @@ impl Inode {
     /// before the call. If nothing began or was stored meanwhile, the
     /// answer is the newest there is, and is stored as a read begun now
     /// (unless its ctime is older than what is in core: then the
-    /// attributes are marked stale). If something did,
-    /// that may be newer than this answer (a write's refresh, begun after
+    /// attributes are marked stale). If something did, that may be newer
+    /// than this answer (a write's refresh, begun after
     /// this call's answer was read but before this), or miss this change
     /// (a read begun before it): read again.
     pub fn set_attr_after(&self, a: &Attr, since: u32) {
@@ -786,10 +785,13 @@ impl Inode {
             return;
         }
         let unchanged = |v: u32| {
+            if v != since {
+                return false;
+            }
             // SAFETY: under the lock (`write_if` holds it while it calls
-            // this). This section moves the version too.
+            // this). The section about to open moves the version to `v + 2`.
             unsafe { self.keep_stored_in_window(v.wrapping_add(2)) };
-            v == since
+            true
         };
         let stored = match self.attrs.write_if(unchanged) {
             // The section's end moves the version to `since + 2`: the

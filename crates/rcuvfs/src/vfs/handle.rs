@@ -74,8 +74,9 @@ impl Entry {
         let a = inode.reread(inode.fs())?;
         if !inode.is_owned() && inode.data_if_any().is_none() {
             // Its own answer: what is in core is the same or newer (a read
-            // begun after this one, or one with a newer ctime), unless this read was refused for its
-            // age; this answer was read after the call began in any case.
+            // begun after this one, or one with a newer ctime), unless this
+            // read was refused for its age; this answer was read after the
+            // call began in any case.
             return Ok(Metadata(a));
         }
         Ok(Metadata(inode.attr()))
