@@ -1279,3 +1279,63 @@ fn a_create_in_a_directory_removed_meanwhile_leaves_no_inode() {
     v.check_invariants().unwrap();
     eprintln!("creates that lost to the rmdir: {lost}");
 }
+
+/// `write(path, "")` makes no open file (`Vfs::write`'s shortcut for
+/// empty contents), and answers and changes what an open with `O_CREAT |
+/// O_TRUNC` and a close do: it creates a file with the umasked mode,
+/// empties an existing one (its mtime and ctime move, an open handle
+/// reads nothing more), follows symlinks (a dangling one creates its
+/// target), clears set-user-ID for a caller who is not root, and fails
+/// with EISDIR, EACCES, ENOENT and ENOTDIR changing nothing.
+#[test]
+fn an_empty_write_creates_and_truncates_as_an_open_does() {
+    let root = vfs();
+    let alice = root.with_cred(Cred::new(1000, 1000, &[]));
+    root.create_dir("/d").unwrap();
+    root.set_permissions("/d", Permissions::from_mode(0o777)).unwrap();
+    // A new file.
+    alice.write("/d/new", b"").unwrap();
+    let m = root.metadata("/d/new").unwrap();
+    assert!(m.is_file());
+    assert_eq!((m.len(), m.uid(), m.mode() & 0o7777), (0, 1000, 0o644), "umask 022");
+    // An existing one, emptied, with its times moved.
+    root.write("/d/full", b"contents").unwrap();
+    root.set_permissions("/d/full", Permissions::from_mode(0o666)).unwrap();
+    let past = rcuvfs::fs::Timespec { sec: 1_000_000, nsec: 0 };
+    root.set_times("/d/full", None, Some(SetTime::At(past))).unwrap();
+    let mut held = root.open("/d/full", OpenOptions::new().read(true)).unwrap();
+    let before = root.metadata("/d/full").unwrap();
+    alice.write("/d/full", b"").unwrap();
+    let after = root.metadata("/d/full").unwrap();
+    assert_eq!((after.len(), after.ino()), (0, before.ino()), "emptied in place");
+    assert!(after.modified().unwrap() > before.modified().unwrap(), "mtime moved");
+    assert!(after.changed() >= before.changed(), "ctime moved");
+    let mut buf = Vec::new();
+    held.read_to_end(&mut buf).unwrap();
+    assert!(buf.is_empty(), "an open handle reads the truncated file");
+    // Through symlinks: an existing target is emptied, a dangling one made.
+    root.write("/d/target", b"xyz").unwrap();
+    root.symlink("/d/target", "/d/link").unwrap();
+    root.write("/d/link", b"").unwrap();
+    assert_eq!(root.metadata("/d/target").unwrap().len(), 0);
+    root.symlink("/d/made", "/d/dangling").unwrap();
+    root.write("/d/dangling", b"").unwrap();
+    assert!(root.metadata("/d/made").unwrap().is_file());
+    // Set-user-ID goes when someone other than root truncates.
+    root.write("/d/suid", b"x").unwrap();
+    root.set_permissions("/d/suid", Permissions::from_mode(0o4777)).unwrap();
+    alice.write("/d/suid", b"").unwrap();
+    assert_eq!(root.metadata("/d/suid").unwrap().mode() & 0o7777, 0o777);
+    // Failures change nothing.
+    assert_eq!(errno(&root.write("/d", b"")), libc::EISDIR);
+    root.write("/d/mine", b"kept").unwrap();
+    root.set_permissions("/d/mine", Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(errno(&alice.write("/d/mine", b"")), libc::EACCES);
+    assert_eq!(root.read("/d/mine").unwrap(), b"kept");
+    assert_eq!(errno(&root.write("/nodir/f", b"")), libc::ENOENT);
+    assert_eq!(errno(&root.write("/d/mine/f", b"")), libc::ENOTDIR);
+    root.create_dir("/ro").unwrap();
+    root.set_permissions("/ro", Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(errno(&alice.write("/ro/f", b"")), libc::EACCES);
+    assert!(!root.try_exists("/ro/f").unwrap());
+}

@@ -46,6 +46,20 @@ impl Vfs {
     }
 
     fn open_once(&self, start: Start, path: &[u8], opts: &OpenOptions) -> Result<File> {
+        self.open_once_with(start, path, opts, |mnt, inode, created| self.finish_open(mnt, inode, opts, created))
+    }
+
+    /// An open's walk, create and checks, then `finish` (given the mount,
+    /// the file and whether this call created it): making the open file,
+    /// or only the checks and the truncation where no file is needed (an
+    /// empty `write`).
+    fn open_once_with<T>(
+        &self,
+        start: Start,
+        path: &[u8],
+        opts: &OpenOptions,
+        finish: impl Fn(&Mount, &Inode, bool) -> Result<T>,
+    ) -> Result<T> {
         opts.validate()?;
         check_path(path)?;
         let _g = self.state.global();
@@ -65,7 +79,7 @@ impl Vfs {
                 (w, d, false)
             };
             let inode = d.inode().expect("positive");
-            match self.finish_open(w.mnt(), inode, opts, created) {
+            match finish(w.mnt(), inode, created) {
                 // The file the walk found lost its last name and its data
                 // (a large file's go at once) before the open counted
                 // itself: renamed over or unlinked in between. The name is
@@ -148,6 +162,22 @@ impl Vfs {
     }
 
     fn finish_open(&self, mnt: &Mount, inode: &Inode, opts: &OpenOptions, created: bool) -> Result<File> {
+        let attr = self.check_open(inode, opts, created)?;
+        if !inode.open_begin() {
+            // Its last link went while nothing had it open, and its data
+            // with it: as if this open came after the unlink.
+            return fail(ENOENT);
+        }
+        inode.hold();
+        let mnt = self.dc().mntget(mnt).into_raw();
+        let (privileged, in_group) = (self.cred.is_root(), self.cred.in_group(attr.gid));
+        Ok(File::new(StateRef::new(&self.state), mnt, inode, opts, privileged, in_group))
+    }
+
+    /// What an open checks of the file it found (`created`: made by this
+    /// open, whose caller may not have the access its mode gives), and the
+    /// truncation `opts` asks for. Returns the file's attributes.
+    fn check_open(&self, inode: &Inode, opts: &OpenOptions, created: bool) -> Result<crate::fs::Attr> {
         let attr = inode.attr();
         if attr.kind == FileType::Symlink {
             return fail(ELOOP); // only reachable with nofollow
@@ -184,15 +214,7 @@ impl Vfs {
             let a = inode.fs().setattr(attr.ino, &SetAttr { size: Some(0), ..SetAttr::default() })?;
             inode.set_attr_after(&a, since);
         }
-        if !inode.open_begin() {
-            // Its last link went while nothing had it open, and its data
-            // with it: as if this open came after the unlink.
-            return fail(ENOENT);
-        }
-        inode.hold();
-        let mnt = self.dc().mntget(mnt).into_raw();
-        let (privileged, in_group) = (self.cred.is_root(), self.cred.in_group(attr.gid));
-        Ok(File::new(StateRef::new(&self.state), mnt, inode, opts, privileged, in_group))
+        Ok(attr)
     }
 
     /// Reads a whole file.
@@ -210,8 +232,22 @@ impl Vfs {
 
     /// Writes a whole file, creating or truncating it.
     pub fn write(&self, path: impl AsRef<Path>, contents: impl AsRef<[u8]>) -> Result<()> {
-        let mut f = self.open(path, OpenOptions::new().write(true).create(true).truncate(true))?;
-        f.write_all(contents.as_ref())
+        let (path, contents) = (bytes(path.as_ref()), contents.as_ref());
+        let mut opts = OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        if contents.is_empty() {
+            // Nothing to write: the open's walk, create, checks and
+            // truncation, and no open file (whose counts on the inode, the
+            // mount and the Vfs an empty write would take and give back at
+            // once: seven atomic RMWs, about 400 instructions, a tenth of
+            // a create).
+            return self.retry_estale(|| {
+                self.open_once_with(Start::Cwd, path, &opts, |_, inode, created| {
+                    self.check_open(inode, &opts, created).map(drop)
+                })
+            });
+        }
+        self.open_from(Start::Cwd, path, &opts)?.write_all(contents)
     }
 }
 
