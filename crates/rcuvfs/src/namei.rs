@@ -229,10 +229,12 @@ pub(crate) enum NameWalk<'a, 'p> {
     /// else only after checking that `child`'s count is still `cseq`
     /// under the name's lock); the dentry, with a reference; the name;
     /// whether the path ended in '/'.
-    Cached { w: RefWalk<'a>, dir: *const Dentry, child: DRef<'a>, cseq: u32, name: &'p [u8], trailing: bool },
+    /// `hash`: the name's (`name_hash(dir, name)`).
+    Cached { w: RefWalk<'a>, dir: *const Dentry, child: DRef<'a>, cseq: u32, name: &'p [u8], hash: u64, trailing: bool },
     /// It is not: the walk and the directory, pinned, as
-    /// [`Dcache::walk_parent_rcu`] returns them.
-    Missing(RefWalk<'a>, Parent<'a, 'p>),
+    /// [`Dcache::walk_parent_rcu`] returns them, and the name's hash under
+    /// that directory if the walk computed it.
+    Missing(RefWalk<'a>, Parent<'a, 'p>, Option<u64>),
 }
 
 impl Dcache {
@@ -706,7 +708,7 @@ impl Dcache {
             let (mut rw, d, rest) = self.unlazy(&guard, &w, dir_path)?;
             drop(guard);
             let r = self.walk(&mut rw, d, rest, true).and_then(|d| self.parent_of(cred, rw, d, name, end < path.len()));
-            return Some(r.map(|(rw, p)| NameWalk::Missing(rw, p)));
+            return Some(r.map(|(rw, p)| NameWalk::Missing(rw, p, None)));
         };
         let (m, dir, dseq) = match r {
             Ok(x) => x,
@@ -723,18 +725,22 @@ impl Dcache {
         // while ours does.
         Self::prefetch_fs_name(&guard, dir, di, name);
         let trailing = end < path.len();
-        let Some((child, cseq)) = self.lookup_rcu(&guard, dir, name) else {
+        // Hashed once for the whole update (its lookups, its name lock, the
+        // dentry a create makes).
+        let hash = crate::dcache::name_hash(dir, name);
+        let Some((child, cseq)) = self.lookup_rcu_h(&guard, dir, name, hash) else {
             // Not cached (or changing): the directory, pinned as
             // `walk_parent_rcu` would pin it, with no second walk.
             let (rw, r) = self.pin_rcu(cred, &w, m, ms, dir, dseq)?;
-            return Some(Ok(NameWalk::Missing(rw, Parent { dir: r, last: Last::Normal(name), trailing })));
+            let p = Parent { dir: r, last: Last::Normal(name), trailing };
+            return Some(Ok(NameWalk::Missing(rw, p, Some(hash))));
         };
         // The child was found in `dir` as the walk read it.
         if dir.seq.read_retry(dseq) {
             return None;
         }
         let (rw, r) = self.pin_rcu(cred, &w, m, ms, child, cseq)?;
-        Some(Ok(NameWalk::Cached { w: rw, dir, child: r, cseq, name, trailing }))
+        Some(Ok(NameWalk::Cached { w: rw, dir, child: r, cseq, name, hash, trailing }))
     }
 
     // ---------------------------------------------------------------- REF
@@ -742,18 +748,19 @@ impl Dcache {
     /// Looks `name` up in `dir` and returns a reference to its dentry,
     /// positive or negative, consulting the filesystem on a miss.
     pub(crate) fn lookup_ref<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<DRef<'a>> {
+        let hash = crate::dcache::name_hash(dir, name);
         loop {
-            if let Some(d) = self.lookup_cached(dir, name)? {
+            if let Some(d) = self.lookup_cached_h(dir, name, hash)? {
                 return Ok(d);
             }
             // A miss: the name's lock, so that parallel lookups of one
             // missing name make one filesystem call (the others find its
             // result).
-            let n = self.names.lock(crate::dcache::name_hash(dir, name));
-            if let Some(d) = self.lookup_cached(dir, name)? {
+            let n = self.names.lock(hash);
+            if let Some(d) = self.lookup_cached_h(dir, name, hash)? {
                 return Ok(d);
             }
-            match self.lookup_fs(dir, name, None)? {
+            match self.lookup_fs(dir, name, hash, None)? {
                 Spliced::Done(d) => return Ok(d),
                 // A directory's dentry must move here from another parent
                 // while a rename runs: let go, wait for it, look again.
@@ -767,7 +774,13 @@ impl Dcache {
 
     /// A cached, revalidated dentry for `name` in `dir`, if any.
     pub(crate) fn lookup_cached<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<Option<DRef<'a>>> {
-        let Some(d) = self.d_lookup(dir, name) else {
+        self.lookup_cached_h(dir, name, crate::dcache::name_hash(dir, name))
+    }
+
+    /// [`lookup_cached`](Self::lookup_cached) for a caller that has the
+    /// name's hash (`name_hash(dir, name)`).
+    pub(crate) fn lookup_cached_h<'a>(&'a self, dir: &Dentry, name: &[u8], hash: u64) -> Result<Option<DRef<'a>>> {
+        let Some(d) = self.d_lookup_h(dir, name, hash) else {
             return Ok(None);
         };
         let sb = dir.dir_sb();
@@ -810,7 +823,19 @@ impl Dcache {
         name: &[u8],
         renaming: Option<&MutexGuard<'_, ()>>,
     ) -> Result<DRef<'a>> {
-        match self.lookup_fs(dir, name, renaming)? {
+        self.lookup_missed_h(dir, name, crate::dcache::name_hash(dir, name), renaming)
+    }
+
+    /// [`lookup_missed`](Self::lookup_missed) for a caller that has the
+    /// name's hash (`name_hash(dir, name)`).
+    pub(crate) fn lookup_missed_h<'a>(
+        &'a self,
+        dir: &Dentry,
+        name: &[u8],
+        hash: u64,
+        renaming: Option<&MutexGuard<'_, ()>>,
+    ) -> Result<DRef<'a>> {
+        match self.lookup_fs(dir, name, hash, renaming)? {
             Spliced::Done(d) => Ok(d),
             Spliced::RenameBusy { wait } => {
                 RENAME_BUSY.with(|b| b.set(Some(wait)));
@@ -834,18 +859,19 @@ impl Dcache {
         &'a self,
         dir: &Dentry,
         name: &[u8],
+        hash: u64,
         renaming: Option<&MutexGuard<'_, ()>>,
     ) -> Result<Spliced<'a>> {
         let dir_inode = dir.inode().expect("positive directory");
         let sb = dir.dir_sb();
-        if self.certainly_absent(&self.rcu.read_lock(), dir, name) {
+        if self.certainly_absent_h(&self.rcu.read_lock(), dir, hash) {
             // Every name the directory has is cached, and this one is not.
-            return Ok(Spliced::Done(self.d_add(dir, name, std::ptr::null())));
+            return Ok(Spliced::Done(self.d_add_h(dir, name, hash, std::ptr::null())));
         }
         if let Some(m) = sb.fs.as_memfs() {
             match m.lookup_bound(sb, dir_inode, name, &self.counters) {
                 Some(Some(ip)) => return self.d_splice_alias(dir, name, ip, renaming),
-                Some(None) => return Ok(Spliced::Done(self.d_add(dir, name, std::ptr::null()))),
+                Some(None) => return Ok(Spliced::Done(self.d_add_h(dir, name, hash, std::ptr::null()))),
                 None => {}
             }
         }
@@ -855,7 +881,7 @@ impl Dcache {
                 let ip = sb.iget(&attr, true, &self.counters)?;
                 self.d_splice_alias(dir, name, ip, renaming)
             }
-            Err(e) if errno_of(&e) == ENOENT => Ok(Spliced::Done(self.d_add(dir, name, std::ptr::null()))),
+            Err(e) if errno_of(&e) == ENOENT => Ok(Spliced::Done(self.d_add_h(dir, name, hash, std::ptr::null()))),
             Err(e) => Err(e),
         }
     }

@@ -28,7 +28,19 @@ impl Dcache {
         parent: &'g Dentry,
         name: &[u8],
     ) -> Option<(&'g Dentry, u32)> {
-        let hash = name_hash(parent, name);
+        self.lookup_rcu_h(guard, parent, name, name_hash(parent, name))
+    }
+
+    /// [`lookup_rcu`](Self::lookup_rcu) for a caller that has the name's
+    /// hash (`name_hash(parent, name)`).
+    #[inline]
+    pub fn lookup_rcu_h<'g>(
+        &'g self,
+        guard: &RcuGuard<'_>,
+        parent: &'g Dentry,
+        name: &[u8],
+        hash: u64,
+    ) -> Option<(&'g Dentry, u32)> {
         parent.children.find(guard, hash, |d| Self::probe_rcu(d, parent, hash, name)).flatten()
     }
 
@@ -43,7 +55,12 @@ impl Dcache {
     /// is no such guarantee (its flags and name are read Relaxed), so only
     /// a clean miss in a `COMPLETE` directory is an answer.
     pub(crate) fn misses_cleanly(&self, guard: &RcuGuard<'_>, parent: &Dentry, name: &[u8]) -> bool {
-        let hash = name_hash(parent, name);
+        self.misses_cleanly_h(guard, parent, name_hash(parent, name))
+    }
+
+    /// [`misses_cleanly`](Self::misses_cleanly) for a caller that has the
+    /// name's hash (`name_hash(parent, name)`).
+    pub(crate) fn misses_cleanly_h(&self, guard: &RcuGuard<'_>, parent: &Dentry, hash: u64) -> bool {
         // Any entry under the tag stops the probe: no clean miss.
         parent.children.find(guard, hash, |_| Probe::Stop(())).is_none()
     }
@@ -85,9 +102,15 @@ impl Dcache {
     /// holding the name's lock, so that no create of it runs meanwhile.
     #[inline]
     pub(crate) fn certainly_absent(&self, guard: &RcuGuard<'_>, dir: &Dentry, name: &[u8]) -> bool {
+        self.certainly_absent_h(guard, dir, name_hash(dir, name))
+    }
+
+    /// [`certainly_absent`](Self::certainly_absent) for a caller that has
+    /// the name's hash (`name_hash(dir, name)`).
+    pub(crate) fn certainly_absent_h(&self, guard: &RcuGuard<'_>, dir: &Dentry, hash: u64) -> bool {
         // The flag again after the probe: that is the load its guarantee is
         // about.
-        dir.is_complete() && dir.sb().dirs_complete() && self.misses_cleanly(guard, dir, name) && dir.is_complete()
+        dir.is_complete() && dir.sb().dirs_complete() && self.misses_cleanly_h(guard, dir, hash) && dir.is_complete()
     }
 
     /// Finds and references a hashed dentry for `name` under `parent`
@@ -95,7 +118,12 @@ impl Dcache {
     /// of the call: an index never hides a name present throughout, and a
     /// candidate that dies or moves under us is looked for again.
     pub fn d_lookup<'a>(&'a self, parent: &Dentry, name: &[u8]) -> Option<DRef<'a>> {
-        let hash = name_hash(parent, name);
+        self.d_lookup_h(parent, name, name_hash(parent, name))
+    }
+
+    /// [`d_lookup`](Self::d_lookup) for a caller that has the name's hash
+    /// (`name_hash(parent, name)`: a name is hashed once per update).
+    pub(crate) fn d_lookup_h<'a>(&'a self, parent: &Dentry, name: &[u8], hash: u64) -> Option<DRef<'a>> {
         loop {
             let g = self.rcu.read_lock();
             let found = parent.children.find(&g, hash, |d| {
@@ -160,7 +188,13 @@ impl Dcache {
     /// parent is hashed, or a root, and every hashed dentry is found from
     /// its superblock's root.
     pub fn d_add<'a>(&'a self, parent: &Dentry, name: &[u8], inode: *const Inode) -> DRef<'a> {
-        let hash = name_hash(parent, name);
+        self.d_add_h(parent, name, name_hash(parent, name), inode)
+    }
+
+    /// [`d_add`](Self::d_add) for a caller that has the name's hash
+    /// (`name_hash(parent, name)`).
+    pub(crate) fn d_add_h<'a>(&'a self, parent: &Dentry, name: &[u8], hash: u64, inode: *const Inode) -> DRef<'a> {
+        debug_assert_eq!(hash, name_hash(parent, name));
         parent.lockref().get(); // the child's reference on its parent
         let d = Dentry::new(
             HASHED | self.layout,

@@ -158,8 +158,8 @@ impl Vfs {
             let (m, d) = self.start_place(start)?;
             match dc.walk_name_rcu(&self.cred, m, d, path) {
                 Some(Err(e)) => return Err(e),
-                Some(Ok(NameWalk::Cached { w, dir, child, cseq, name, trailing })) => {
-                    let lock = dc.names.lock(name_hash(dir, name));
+                Some(Ok(NameWalk::Cached { w, dir, child, cseq, name, hash, trailing })) => {
+                    let lock = dc.names.lock(hash);
                     // Still the dentry the walk found under `dir` (name,
                     // parent and inode unchanged): then `dir` is pinned.
                     if !child.seq.read_retry(cseq) {
@@ -167,39 +167,53 @@ impl Vfs {
                         return Ok(Removal::Named(Named { child, _lock: lock, dir, name, trailing, w }));
                     }
                 }
-                Some(Ok(NameWalk::Missing(w, p))) => return self.lock_last_as(w, p, uncached),
+                Some(Ok(NameWalk::Missing(w, p, hash))) => return self.lock_last_as(w, p, hash, uncached),
                 None => {}
             }
         }
         let (w, p) = self.begin_parent(start, path)?;
-        self.lock_last_as(w, p, uncached)
+        self.lock_last_as(w, p, None, uncached)
     }
 
     /// Locks the last name of a walk that pinned its directory, and looks
     /// it up.
     pub(super) fn lock_last<'a, 'p>(&'a self, w: RefWalk<'a>, p: Parent<'a, 'p>) -> Result<Begun<'a, 'p>> {
-        self.lock_last_as(w, p, false).map(Removal::begun)
+        self.lock_last_as(w, p, None, false).map(Removal::begun)
     }
 
     /// [`lock_last`](Self::lock_last); with `uncached`, a name the dcache
     /// does not hold in a directory of the bound memfs is left without a
     /// dentry ([`Uncached`]).
-    fn lock_last_as<'a, 'p>(&'a self, w: RefWalk<'a>, p: Parent<'a, 'p>, uncached: bool) -> Result<Removal<'a, 'p>> {
+    /// `hash`: the last name's under `p.dir`, if the walk computed it.
+    fn lock_last_as<'a, 'p>(
+        &'a self,
+        w: RefWalk<'a>,
+        p: Parent<'a, 'p>,
+        hash: Option<u64>,
+        uncached: bool,
+    ) -> Result<Removal<'a, 'p>> {
         let dc = self.dc();
         let Last::Normal(name) = p.last else {
             return Ok(Removal::Other(p.last));
         };
-        let lock = lock_name(dc, &p.dir, name);
-        let child = match dc.lookup_cached(&p.dir, name)? {
+        // Hashed once: the name's lock, the lookup, and the dentry a miss
+        // makes use the same hash.
+        let hash = hash.unwrap_or_else(|| name_hash(&*p.dir as *const Dentry, name));
+        debug_assert_eq!(hash, name_hash(&*p.dir as *const Dentry, name));
+        let lock = dc.names.lock(hash);
+        let child = match dc.lookup_cached_h(&p.dir, name, hash)? {
             Some(d) => d,
             // In a complete directory the miss is the answer (ENOENT, with a
             // negative dentry, below), as for a lookup: a name added behind
             // the cache is not seen there.
-            None if uncached && bound_memfs_dir(&p.dir) && !dc.certainly_absent(&dc.rcu.read_lock(), &p.dir, name) => {
+            None if uncached
+                && bound_memfs_dir(&p.dir)
+                && !dc.certainly_absent_h(&dc.rcu.read_lock(), &p.dir, hash) =>
+            {
                 let (dir, trailing) = (p.dir, p.trailing);
                 return Ok(Removal::Uncached(Uncached { _lock: lock, dir, name, trailing, _w: w }));
             }
-            None => dc.lookup_missed(&p.dir, name, None)?,
+            None => dc.lookup_missed_h(&p.dir, name, hash, None)?,
         };
         Ok(Removal::Named(Named { child, _lock: lock, dir: DirPin::Held(p.dir), name, trailing: p.trailing, w }))
     }
