@@ -1339,3 +1339,27 @@ fn an_empty_write_creates_and_truncates_as_an_open_does() {
     assert_eq!(errno(&alice.write("/ro/f", b"")), libc::EACCES);
     assert!(!root.try_exists("/ro/f").unwrap());
 }
+
+/// An unlink through the Vfs of a name that a caller of memfs itself
+/// renamed another file over, behind the cache: memfs removes the file
+/// the name now names, which no reference of the Vfs keeps, and frees it
+/// at once (an unlink skips the look at the count only for the file its
+/// dentry holds); the file the dentry held is freed as the dentry lets go.
+#[test]
+fn an_unlink_frees_the_file_a_name_renamed_behind_the_cache_names() {
+    let fs = Arc::new(MemFs::default());
+    let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+    v.create_dir("/d").unwrap();
+    let dino = v.metadata("/d").unwrap().ino();
+    let free_at_start = fs.statfs().unwrap().ffree;
+    v.write("/d/f", b"cached").unwrap();
+    v.metadata("/d/f").unwrap();
+    let owner = rcuvfs::fs::Owner { uid: 0, gid: 0 };
+    let g = fs.create(dino, b"g", 0o644, owner).unwrap();
+    fs.forget(g.ino, 1);
+    fs.rename(dino, b"g", dino, b"f", RenameFlags::default()).unwrap();
+    assert_eq!(fs.statfs().unwrap().ffree, free_at_start - 2, "the renamed-over file kept by the dentry");
+    v.remove_file("/d/f").unwrap();
+    assert_eq!(errno(&fs.lookup(dino, b"f")), libc::ENOENT);
+    assert_eq!(fs.statfs().unwrap().ffree, free_at_start, "both files freed");
+}

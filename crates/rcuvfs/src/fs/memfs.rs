@@ -659,8 +659,11 @@ impl MemFs {
     }
 
     /// Drops one link of `i` (a name of it went; a directory loses both of
-    /// its own), and frees it if nothing else keeps it.
-    fn drop_link(&self, i: &Inode, t: Timespec) {
+    /// its own), and frees it if nothing else keeps it. `kept`: the caller
+    /// holds a counted reference on `i` throughout (the VFS's, through the
+    /// dentry it unlinks), so no look at the count is needed: it cannot be
+    /// 0, and whoever drops the last reference frees `i`.
+    fn drop_link(&self, i: &Inode, t: Timespec, kept: bool) {
         let (_, a) = i.update(|a| {
             a.nlink = if i.kind == FileType::Dir { 0 } else { a.nlink.saturating_sub(1) };
             a.ctime = t;
@@ -670,7 +673,9 @@ impl MemFs {
             // lookup of it is out, even if the VFS's handles (FUSE's
             // lookups through a mount) keep the inode a while longer.
             i.drop_data_if_orphaned();
-            self.table.release_if_unused(i, self.rcu());
+            if !kept {
+                self.table.release_if_unused(i, self.rcu());
+            }
         }
     }
 
@@ -921,15 +926,20 @@ impl MemFs {
     fn unlink_entry(&self, parent: Ino, name: &[u8]) -> Result<()> {
         let g = self.rcu().read_lock();
         let dir = self.dir(&g, parent)?;
-        self.unlink_in(&g, dir, name, |_| Ok(()))
+        self.unlink_in(&g, dir, name, |_| Ok(()), None)
     }
 
     /// For the VFS of the superblock `sb`, if this memfs is bound to it:
     /// unlinks `name` from `dir` (an inode of this memfs the VFS holds) as
     /// `unlink` does, with no probe of the inode table for the directory.
     /// `None`: not bound to `sb`.
-    pub(crate) fn unlink_bound(&self, sb: &Super, dir: &Inode, name: &[u8]) -> Option<Result<()>> {
-        self.unlink_bound_checked(sb, dir, name, |_| Ok(()))
+    /// `held`: the inode the VFS's dentry of `name` names, on which the VFS
+    /// holds a reference until after this call (if memfs finds `name`
+    /// naming it, as it does unless a caller of memfs itself changed the
+    /// name behind the cache, the reference keeps it and its count needs
+    /// no look).
+    pub(crate) fn unlink_bound(&self, sb: &Super, dir: &Inode, name: &[u8], held: &Inode) -> Option<Result<()>> {
+        self.in_bound_dir(sb, dir, |g| self.unlink_in(g, dir, name, |_| Ok(()), Some(held)))
     }
 
     /// [`unlink_bound`](Self::unlink_bound), calling `check` with the
@@ -944,7 +954,7 @@ impl MemFs {
         name: &[u8],
         check: impl FnOnce(&Inode) -> Result<()>,
     ) -> Option<Result<()>> {
-        self.in_bound_dir(sb, dir, |g| self.unlink_in(g, dir, name, check))
+        self.in_bound_dir(sb, dir, |g| self.unlink_in(g, dir, name, check, None))
     }
 
     /// Runs `f` in a read section on the directory `dir` of the VFS of
@@ -967,6 +977,7 @@ impl MemFs {
         dir: &Inode,
         name: &[u8],
         check: impl FnOnce(&Inode) -> Result<()>,
+        held: Option<&Inode>,
     ) -> Result<()> {
         let rcu = self.rcu();
         let key = name_key(name);
@@ -977,9 +988,10 @@ impl MemFs {
         if victim.kind == FileType::Dir {
             return fail(EISDIR);
         }
+        let kept = held.is_some_and(|h| ptr::eq(h, victim));
         Self::remove_locked(rcu, dir, l, e, key);
         let t = now();
-        self.drop_link(victim, t);
+        self.drop_link(victim, t, kept);
         dir.touch(t, true);
         Ok(())
     }
@@ -1045,7 +1057,7 @@ impl MemFs {
             }
             Self::remove_locked(rcu, dir, l, e, key);
             let t = now();
-            self.drop_link(victim, t);
+            self.drop_link(victim, t, false);
             dir.update(|a| {
                 a.nlink = a.nlink.saturating_sub(1);
                 a.mtime = t;
@@ -1214,7 +1226,7 @@ impl MemFs {
         src_dir.entries.shrink_if_sparse(rcu);
         let dir_moved = moved.kind == FileType::Dir;
         if let Some(v) = victim {
-            self.drop_link(v, t);
+            self.drop_link(v, t, false);
             if v.kind == FileType::Dir {
                 dst_dir.update(|a| a.nlink = a.nlink.saturating_sub(1));
             }
@@ -1355,7 +1367,7 @@ impl FileSystem for MemFs {
         i.lookups_add(1);
         if let Err(e) = self.insert_entry(dir, key, i, name) {
             i.lookups_sub(1);
-            self.drop_link(i, t);
+            self.drop_link(i, t, false);
             return Err(e);
         }
         dir.touch(t, true);

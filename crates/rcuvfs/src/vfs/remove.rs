@@ -74,7 +74,7 @@ impl Vfs {
         }
         self.may_delete(dir, victim, false)?;
         let sb = dir_inode.sb();
-        let bound = sb.fs.as_memfs().and_then(|m| m.unlink_bound(sb, dir_inode, n.name));
+        let bound = sb.fs.as_memfs().and_then(|m| m.unlink_bound(sb, dir_inode, n.name, vi));
         match bound {
             Some(r) => r?,
             None => sb.fs.unlink(dir_inode.ino, n.name)?,
