@@ -741,7 +741,11 @@ impl PageCache {
         let (first, last) = ((offset / PAGE as u64) as usize, ((end - 1) / PAGE as u64) as usize);
         // One call allocates at most half of the machine's memory (tmpfs's
         // default size), whatever the budget: ENOSPC, not an OOM kill.
+        // Miri has no `_SC_PHYS_PAGES`: a machine of 4 GiB there.
+        #[cfg(miri)]
+        let phys = (4u64 << 30) / PAGE as u64;
         // SAFETY: sysconf has no preconditions.
+        #[cfg(not(miri))]
         let phys = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0) as u64;
         if (last - first + 1) as u64 > phys / 2 {
             return fail(crate::error::ENOSPC);
