@@ -340,7 +340,7 @@ fn memfs_miss_vs_unlink(negative_target: usize) {
                 let x = dc.lookup_ref(dc.root(), b"x").unwrap();
                 assert!(x.inode().is_some());
                 let (root, sb) = (dc.root(), dc.root_sb());
-                fs.unlink_bound(sb, root.inode().unwrap(), b"x").unwrap().unwrap();
+                fs.unlink_bound(sb, root.inode().unwrap(), b"x", x.inode().unwrap()).unwrap().unwrap();
                 removed.store(true, SeqCst);
                 dc.d_delete(&x);
                 let killed = negative_target == 0;
@@ -402,7 +402,7 @@ fn uncached_removal_vs_lookup(dir: bool) {
                         if dir {
                             fs.rmdir(ri.ino, b"x").unwrap();
                         } else {
-                            fs.unlink_bound(sb, ri, b"x").unwrap().unwrap();
+                            fs.unlink_bound(sb, ri, b"x", x.inode().unwrap()).unwrap().unwrap();
                         }
                         dc.d_delete(&x);
                     }
@@ -449,7 +449,7 @@ fn loom_dput_vs_unlink_that_kills() {
             thread::spawn(move || {
                 let x = dc.lookup_ref(dc.root(), b"x").unwrap();
                 let (root, sb) = (dc.root(), dc.root_sb());
-                fs.unlink_bound(sb, root.inode().unwrap(), b"x").unwrap().unwrap();
+                fs.unlink_bound(sb, root.inode().unwrap(), b"x", x.inode().unwrap()).unwrap().unwrap();
                 dc.d_delete(&x);
             })
         };
