@@ -80,6 +80,8 @@ def one():
 
 if os.environ.get("COUNT_OPS_ARGS") == "attr":
     OPS = ["chmod (Vfs::set_permissions)", "chown (Vfs::chown)", "link (Vfs::hard_link)"]
+elif os.environ.get("COUNT_OPS_ARGS") == "stat":
+    OPS = ["stat /d0/d1/d2/file", "stat /d2/f2", "stat /src/components/button/index.tsx"]
 else:
     OPS = ["create (Vfs::write of an empty file)", "stat (Vfs::metadata)", "unlink (Vfs::remove_file)"]
 runs = {op: [] for op in OPS}

@@ -9,7 +9,8 @@
 //! `cargo build --release -p rcuvfs --example one_op && scripts/count-ops`
 //!
 //! With the argument `attr` (`scripts/count-ops attr`), the three are a
-//! chmod, a chown and a hard link of an existing file instead.
+//! chmod, a chown and a hard link of an existing file instead; with
+//! `stat`, three stats of cached paths (depth 4, short, a source tree's).
 
 use rcuvfs::{Permissions, Vfs};
 
@@ -58,6 +59,24 @@ fn main() -> std::io::Result<()> {
             one_op_mark(3);
             v.hard_link(&p, &l)?;
             one_op_mark(4);
+        }
+        return Ok(());
+    }
+    if std::env::args().nth(1).as_deref() == Some("stat") {
+        // Stats of cached paths of three shapes, every round the same
+        // (examples/hot_stat.rs times them): depth 4 (`stat-same`'s), a
+        // short one, a source tree's.
+        let paths = ["/d0/d1/d2/file", "/d2/f2", "/src/components/button/index.tsx"];
+        for p in paths {
+            v.create_dir_all(p.rsplit_once('/').expect("absolute").0)?;
+            v.write(p, b"x")?;
+        }
+        for _ in 0..2 + ROUNDS {
+            one_op_mark(1);
+            for (k, p) in paths.iter().enumerate() {
+                v.metadata(p)?;
+                one_op_mark(k + 2);
+            }
         }
         return Ok(());
     }
