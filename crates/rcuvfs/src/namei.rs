@@ -51,6 +51,7 @@ use crate::cred::{Cred, MAY_EXEC};
 use crate::dcache::{DRef, Dcache, Dentry, Spliced};
 use crate::error::{errno_of, fail, Result, EACCES, EINVAL, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR};
 use crate::fs::{FileType, Ino};
+use crate::hash::PathScan;
 use crate::mount::{MntRef, Mount};
 use crate::sync::{MutexGuard, RcuGuard};
 
@@ -81,10 +82,11 @@ pub fn check_path(path: &[u8]) -> Result<()> {
         return fail(ENAMETOOLONG);
     }
     if path.len() <= NAME_MAX {
-        // No name in it can be too long: a NUL is all there is to find,
-        // and `contains` on bytes is memchr, a word or a vector at a time
-        // (the loop below, a byte at a time, was a tenth of a warm stat).
-        return if path.contains(&0) { fail(EINVAL) } else { Ok(()) };
+        // No name in it can be too long: a NUL is all there is to find, a
+        // word at a time (the loop below, a byte at a time, was a tenth of
+        // a warm stat; `contains`, memchr, also goes a byte at a time
+        // through a path shorter than 16 bytes).
+        return if crate::hash::has_nul(path) { fail(EINVAL) } else { Ok(()) };
     }
     let (mut comp, mut too_long, mut nul) = (0usize, false, false);
     for &b in path {
@@ -399,9 +401,12 @@ impl Dcache {
             return None; // every cached entry must be asked about: REF-walk
         }
         let trailing = path.last() == Some(&b'/');
-        let mut comps = components(path).peekable();
-        while let Some(c) = comps.next() {
-            let last = comps.peek().is_none();
+        // Each name is hashed under the directory it is looked up in as it
+        // is found (`..` and `.` are hashed too, for nothing: rare).
+        let mut comps = PathScan::new(path);
+        while let Some((c, hash)) = comps.next_hashed(crate::dcache::name_seed(cur)) {
+            debug_assert_eq!(hash, crate::dcache::name_hash(cur, c));
+            let last = comps.at_end();
             let ci = cur.inode()?;
             if ci.kind != FileType::Dir {
                 return validated(cur, seq, ENOTDIR);
@@ -421,11 +426,11 @@ impl Dcache {
                     }
                 }
                 name => {
-                    let Some((child, cseq)) = self.lookup_rcu(guard, cur, name) else {
+                    let Some((child, cseq)) = self.lookup_rcu_h(guard, cur, name, hash) else {
                         // Every name the directory has is cached: a clean
                         // miss is the answer (probed again to tell it from a
                         // candidate in the middle of a change).
-                        if self.certainly_absent(guard, cur, name) {
+                        if self.certainly_absent_h(guard, cur, hash) {
                             return validated(cur, seq, ENOENT);
                         }
                         let found = match self.fs_probe(guard, cur, ci, name) {

@@ -488,6 +488,13 @@ pub(crate) fn mark_referenced(d: &Dentry) {
 /// parent's address is the seed).
 #[inline]
 pub(crate) fn name_hash(parent: *const Dentry, name: &[u8]) -> u64 {
+    crate::hash::name_hash(name_seed(parent), name)
+}
+
+/// The seed of the hashes of names under `parent` ([`name_hash`]; a
+/// [`PathScan`](crate::hash::PathScan) takes it too).
+#[inline(always)]
+pub(crate) fn name_seed(parent: *const Dentry) -> u64 {
     // Under loom the parent does not take part: its address differs
     // between a model's executions, and the hash picks paths (index homes,
     // name-lock stripes) that must not.
@@ -496,7 +503,7 @@ pub(crate) fn name_hash(parent: *const Dentry, name: &[u8]) -> u64 {
         let _ = parent;
         1usize as *const Dentry
     };
-    crate::hash::name_hash(parent as usize as u64, name)
+    parent as usize as u64
 }
 
 pub(crate) use crate::hash::same_name;

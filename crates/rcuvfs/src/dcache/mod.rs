@@ -120,7 +120,7 @@ mod tree;
 use std::ptr;
 use std::sync::Arc;
 
-pub(crate) use dentry::{mark_referenced, name_hash, DRef, Dentry, MOUNTED, ROOT};
+pub(crate) use dentry::{mark_referenced, name_hash, name_seed, DRef, Dentry, MOUNTED, ROOT};
 
 use crate::fs::FileSystem;
 use crate::inode::{Inode, Super};

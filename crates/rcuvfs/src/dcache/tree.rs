@@ -11,16 +11,9 @@ use crate::sync::index::{Index, InsertError, Probe};
 use crate::sync::{LockrefGuard, MutexGuard, RcuGuard};
 
 impl Dcache {
-    /// Finds a hashed dentry for `name` under `parent` (`__d_lookup_rcu`).
-    /// Returns it with the sequence count read before its name was
-    /// compared. `None`: not cached, or a writer was in progress on a
-    /// candidate; the caller falls back to a locked lookup. The caller is
-    /// in a read section and owes the checks in the module doc.
-    ///
-    /// A candidate in a write section stops the probe: during a rename the
-    /// moving dentry may sit, with its new name, in the slot of the name it
-    /// leaves, and a probe that skipped it could miss a name that an
-    /// exchange keeps present throughout.
+    /// [`lookup_rcu_h`](Self::lookup_rcu_h), hashing the name itself (the
+    /// loom models').
+    #[cfg(loom)]
     #[inline]
     pub fn lookup_rcu<'g>(
         &'g self,
@@ -31,8 +24,18 @@ impl Dcache {
         self.lookup_rcu_h(guard, parent, name, name_hash(parent, name))
     }
 
-    /// [`lookup_rcu`](Self::lookup_rcu) for a caller that has the name's
-    /// hash (`name_hash(parent, name)`).
+    /// Finds a hashed dentry for `name` under `parent` (`__d_lookup_rcu`),
+    /// given the name's hash (`name_hash(parent, name)`: the walk computes
+    /// it as it finds the name). Returns it with the sequence count read
+    /// before its name was compared. `None`: not cached, or a writer was in
+    /// progress on a candidate; the caller falls back to a locked lookup.
+    /// The caller is in a read section and owes the checks in the module
+    /// doc.
+    ///
+    /// A candidate in a write section stops the probe: during a rename the
+    /// moving dentry may sit, with its new name, in the slot of the name it
+    /// leaves, and a probe that skipped it could miss a name that an
+    /// exchange keeps present throughout.
     #[inline]
     pub fn lookup_rcu_h<'g>(
         &'g self,
@@ -94,19 +97,13 @@ impl Dcache {
         Probe::Stop(Some((unsafe { &*(d as *const Dentry) }, seq)))
     }
 
-    /// Whether `name` is certainly not in `dir`: `dir` is `COMPLETE` (and
-    /// its superblock still trusts that) and a probe of its index met no
-    /// entry under the name's tag (see
-    /// [`misses_cleanly`](Self::misses_cleanly)). The RCU walk asks after a
-    /// miss (so the walk of a cached path pays nothing); `lookup_fs` asks
-    /// holding the name's lock, so that no create of it runs meanwhile.
-    #[inline]
-    pub(crate) fn certainly_absent(&self, guard: &RcuGuard<'_>, dir: &Dentry, name: &[u8]) -> bool {
-        self.certainly_absent_h(guard, dir, name_hash(dir, name))
-    }
-
-    /// [`certainly_absent`](Self::certainly_absent) for a caller that has
-    /// the name's hash (`name_hash(dir, name)`).
+    /// Whether the name whose hash (`name_hash(dir, name)`) is `hash` is
+    /// certainly not in `dir`: `dir` is `COMPLETE` (and its superblock
+    /// still trusts that) and a probe of its index met no entry under the
+    /// name's tag (see [`misses_cleanly`](Self::misses_cleanly)). The RCU
+    /// walk asks after a miss (so the walk of a cached path pays nothing);
+    /// `lookup_fs` asks holding the name's lock, so that no create of it
+    /// runs meanwhile.
     pub(crate) fn certainly_absent_h(&self, guard: &RcuGuard<'_>, dir: &Dentry, hash: u64) -> bool {
         // The flag again after the probe: that is the load its guarantee is
         // about.
