@@ -99,6 +99,17 @@ pub(crate) fn has_nul(p: &[u8]) -> bool {
     n != 0 && zero_bytes(short(p, 0, n) | !0u64 << (8 * n)) != 0
 }
 
+/// A name of 1 to 7 bytes as one word: its length in the low byte, then
+/// its bytes (the dcache's `Name::key`, which compares with it); 0 for
+/// any other name.
+#[inline]
+pub(crate) fn short_key(name: &[u8]) -> u64 {
+    match name.len() {
+        n @ 1..=7 => short(name, 0, n) << 8 | n as u64,
+        _ => 0,
+    }
+}
+
 /// A path's names, each hashed as it is found: one pass over the bytes,
 /// a word at a time, finding the '/' that ends a name and hashing the
 /// words before it ([`name_hash`], whose value it gives), where splitting
@@ -163,10 +174,10 @@ impl<'p> PathScan<'p> {
         (short(p, i, n), n)
     }
 
-    /// The next name and its [`name_hash`] under `seed`, or `None` at the
-    /// end.
+    /// The next name, its [`name_hash`] under `seed` and its
+    /// [`short_key`], or `None` at the end.
     #[inline(always)]
-    pub fn next_hashed(&mut self, seed: u64) -> Option<(&'p [u8], u64)> {
+    pub fn next_hashed(&mut self, seed: u64) -> Option<(&'p [u8], u64, u64)> {
         if self.at_end() {
             return None;
         }
@@ -187,8 +198,10 @@ impl<'p> PathScan<'p> {
             // SAFETY: `at` moved forward by what `word_at` found there.
             let name = unsafe { self.path.get_unchecked(begin..self.at) };
             let h = finish(h, tail, name.len());
+            let key = if name.len() == k { tail << 8 | k as u64 } else { 0 };
+            debug_assert_eq!(key, short_key(name));
             self.skip_slashes();
-            return Some((name, h));
+            return Some((name, h, key));
         }
     }
 }
@@ -246,8 +259,11 @@ mod tests {
         paths.push(b"x/\xff\x80\xaf\x30/\x7f\x01\x2e/\xfe\xfe\xfe\xfe\xfe\xfe\xfe\xfe\xfe".to_vec());
         for path in &paths {
             for seed in [0u64, 0x7f3a_1000, u64::MAX] {
-                let want: Vec<(&[u8], u64)> =
-                    path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| (c, name_hash(seed, c))).collect();
+                let want: Vec<(&[u8], u64, u64)> = path
+                    .split(|&b| b == b'/')
+                    .filter(|c| !c.is_empty())
+                    .map(|c| (c, name_hash(seed, c), short_key(c)))
+                    .collect();
                 let mut scan = PathScan::new(path);
                 let mut got = Vec::new();
                 while let Some(x) = scan.next_hashed(seed) {

@@ -404,7 +404,7 @@ impl Dcache {
         // Each name is hashed under the directory it is looked up in as it
         // is found (`..` and `.` are hashed too, for nothing: rare).
         let mut comps = PathScan::new(path);
-        while let Some((c, hash)) = comps.next_hashed(crate::dcache::name_seed(cur)) {
+        while let Some((c, hash, key)) = comps.next_hashed(crate::dcache::name_seed(cur)) {
             debug_assert_eq!(hash, crate::dcache::name_hash(cur, c));
             let last = comps.at_end();
             let ci = cur.inode()?;
@@ -426,7 +426,7 @@ impl Dcache {
                     }
                 }
                 name => {
-                    let Some((child, cseq)) = self.lookup_rcu_h(guard, cur, name, hash) else {
+                    let Some((child, cseq)) = self.lookup_rcu_h(guard, cur, name, hash, key) else {
                         // Every name the directory has is cached: a clean
                         // miss is the answer (probed again to tell it from a
                         // candidate in the middle of a change).
@@ -733,7 +733,7 @@ impl Dcache {
         // Hashed once for the whole update (its lookups, its name lock, the
         // dentry a create makes).
         let hash = crate::dcache::name_hash(dir, name);
-        let Some((child, cseq)) = self.lookup_rcu_h(&guard, dir, name, hash) else {
+        let Some((child, cseq)) = self.lookup_rcu_h(&guard, dir, name, hash, crate::hash::short_key(name)) else {
             // Not cached (or changing): the directory, pinned as
             // `walk_parent_rcu` would pin it, with no second walk.
             let (rw, r) = self.pin_rcu(cred, &w, m, ms, dir, dseq)?;

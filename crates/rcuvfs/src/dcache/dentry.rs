@@ -35,6 +35,25 @@ pub(crate) struct NameHead {
 impl Name {
     /// Where the bytes start: right after the length (`repr(C)`).
     const BYTES_AT: usize = std::mem::offset_of!(NameHead, len) + 1;
+    /// Where the word that [`key`](Self::key) reads starts: the length.
+    const KEY_AT: usize = std::mem::offset_of!(NameHead, len);
+
+    /// The word after the hash: the length in its low byte, then the
+    /// first 7 bytes of the name, zero past its end. For a name of at most
+    /// 7 bytes it is the whole name: equal to
+    /// [`crate::hash::short_key`] of the same bytes, and to nothing made
+    /// from other bytes or another length, so one compare of words
+    /// compares the names (Linux's `dentry_cmp` compares a word at a time
+    /// too). The walk's scan makes the key of the name it looks for as it
+    /// hashes it.
+    #[inline(always)]
+    pub fn key(&self) -> u64 {
+        debug_assert!(std::mem::size_of_val(self) >= Self::KEY_AT + 8);
+        // SAFETY: every name's block is at least 16 bytes (`layout` pads
+        // 9 bytes or more to 8), within this reference, 8-aligned, and
+        // `write_at` initialized the word.
+        unsafe { (self as *const Name).cast::<u8>().add(Self::KEY_AT).cast::<u64>().read() }
+    }
 
     fn layout(len: usize) -> std::alloc::Layout {
         std::alloc::Layout::from_size_align(Self::BYTES_AT + len, std::mem::align_of::<NameHead>())
@@ -70,7 +89,13 @@ impl Name {
         // bytes from `BYTES_AT` (the head is written first, so its padding
         // cannot overwrite them).
         unsafe {
-            p.cast::<NameHead>().write(NameHead { hash, len: bytes.len() as u8 });
+            // Field by field, with the word after the hash zeroed first: a
+            // write of the head as a struct would leave its padding (where
+            // a short name's bytes go) uninitialized, and `key` reads that
+            // word whole.
+            p.cast::<u64>().write(hash);
+            p.add(Self::KEY_AT).cast::<u64>().write(0);
+            p.add(Self::KEY_AT).write(bytes.len() as u8);
             ptr::copy_nonoverlapping(bytes.as_ptr(), p.add(Self::BYTES_AT), bytes.len());
         }
     }
@@ -551,5 +576,63 @@ impl std::ops::Deref for DRef<'_> {
 impl Drop for DRef<'_> {
     fn drop(&mut self) {
         self.dc.dput(self.d);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A name's key, whether the name is a block of its own (long ones, and
+    /// every name a rename gives) or kept inline: for names of 1 to 7 bytes
+    /// it is the walk's `short_key` of the same bytes and of no other name;
+    /// for longer ones it is no short name's key. Fails when the word after
+    /// the hash is not zeroed before the bytes go in (garbage past a short
+    /// name's end), or when the length is left out of it ("a" and "a\0").
+    #[test]
+    fn a_names_key_is_its_short_key_and_no_other_names() {
+        use crate::hash::short_key;
+        let names: Vec<Vec<u8>> = (0..=12usize)
+            .flat_map(|n| {
+                let a: Vec<u8> = (0..n).map(|i| b'a' + i as u8).collect();
+                let mut z = a.clone();
+                z.push(0);
+                [a, z]
+            })
+            .collect();
+        for bytes in &names {
+            // A block of its own, first filled with garbage as a reused one
+            // would be.
+            let layout = Name::layout(bytes.len());
+            // SAFETY: a fresh block of `layout`, freed below.
+            let own = unsafe {
+                let p = std::alloc::alloc(layout);
+                p.write_bytes(0xa5, layout.size());
+                Name::write_at(p, 7, bytes);
+                p
+            };
+            // Inline, as a dentry keeps a short one.
+            let mut inline = [u64::MAX; 2];
+            if bytes.len() <= INLINE_NAME {
+                // SAFETY: 16 bytes, 8-aligned: `layout` of up to 7 bytes.
+                unsafe { Name::write_at(inline.as_mut_ptr().cast(), 7, bytes) };
+            }
+            for p in [own, inline.as_mut_ptr().cast::<u8>()] {
+                if p != own && bytes.len() > INLINE_NAME {
+                    continue;
+                }
+                // SAFETY: written above.
+                let n = unsafe { Name::from_thin(p.cast()) };
+                assert_eq!(&n.bytes, &bytes[..]);
+                for other in &names {
+                    let k = short_key(other);
+                    if k != 0 {
+                        assert_eq!(n.key() == k, other == bytes, "{bytes:?} against {other:?}");
+                    }
+                }
+            }
+            // SAFETY: allocated above with this layout.
+            unsafe { std::alloc::dealloc(own, layout) };
+        }
     }
 }

@@ -21,7 +21,7 @@ impl Dcache {
         parent: &'g Dentry,
         name: &[u8],
     ) -> Option<(&'g Dentry, u32)> {
-        self.lookup_rcu_h(guard, parent, name, name_hash(parent, name))
+        self.lookup_rcu_h(guard, parent, name, name_hash(parent, name), crate::hash::short_key(name))
     }
 
     /// Finds a hashed dentry for `name` under `parent` (`__d_lookup_rcu`),
@@ -31,6 +31,10 @@ impl Dcache {
     /// progress on a candidate; the caller falls back to a locked lookup.
     /// The caller is in a read section and owes the checks in the module
     /// doc.
+    ///
+    /// `key`: the name's [`short_key`](crate::hash::short_key) (the walk's
+    /// scan makes it with the hash), or 0: a candidate's name is then
+    /// compared byte by byte.
     ///
     /// A candidate in a write section stops the probe: during a rename the
     /// moving dentry may sit, with its new name, in the slot of the name it
@@ -43,8 +47,9 @@ impl Dcache {
         parent: &'g Dentry,
         name: &[u8],
         hash: u64,
+        key: u64,
     ) -> Option<(&'g Dentry, u32)> {
-        parent.children.find(guard, hash, |d| Self::probe_rcu(d, parent, hash, name)).flatten()
+        parent.children.find(guard, hash, |d| Self::probe_rcu(d, parent, hash, name, key)).flatten()
     }
 
     /// Whether a probe for `name` misses cleanly: it meets no entry under
@@ -69,7 +74,13 @@ impl Dcache {
     }
 
     #[inline(always)]
-    fn probe_rcu<'g>(d: &Dentry, parent: &'g Dentry, hash: u64, name: &[u8]) -> Probe<Option<(&'g Dentry, u32)>> {
+    fn probe_rcu<'g>(
+        d: &Dentry,
+        parent: &'g Dentry,
+        hash: u64,
+        name: &[u8],
+        key: u64,
+    ) -> Probe<Option<(&'g Dentry, u32)>> {
         // Acquire (in `raw`): pairs with the writer's Release of the
         // count, so the fields read below are at least that new.
         let seq = d.seq.raw();
@@ -88,7 +99,13 @@ impl Dcache {
             return Probe::Skip;
         }
         let n = d.name();
-        if n.hash != hash || !same_name(&n.bytes, name) {
+        if n.hash != hash {
+            return Probe::Skip;
+        }
+        // A short name is one word (`Name::key`); with `key` 0 the bytes
+        // are compared.
+        debug_assert!(key == 0 || key == crate::hash::short_key(name));
+        if if key != 0 { n.key() != key } else { !same_name(&n.bytes, name) } {
             return Probe::Skip;
         }
         // SAFETY: the walk's contract: the caller stays in its read
