@@ -328,14 +328,18 @@ fn unlinked_while_held_stays_readable_then_goes() {
 #[test]
 fn an_orphan_waits_out_its_grace_period_whatever_the_clocks() {
     if let Ok(spec) = std::env::var("RCUVFS_ETCD_SWEEPER") {
-        // The child: a client that only sweeps, until killed.
+        // The child: a client that only sweeps, until its stdin ends (the
+        // parent lets go of it, or dies). Not killed: the parent's child is
+        // `faketime`, which forks this process and waits for it, so a kill
+        // reached `faketime` alone and this one swept on, orphaned, until
+        // the cluster was gone, then wrote its failure to a closed pipe
+        // (CI's log showed "io error when listing tests" in a later suite).
         let mut o = EtcdOptions::parse(&spec).unwrap();
         o.orphan_grace = Duration::from_secs(2);
         let (_v, _fs) = client(&o);
         println!("READY");
-        loop {
-            std::thread::sleep(Duration::from_secs(1));
-        }
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+        std::process::exit(0);
     }
     let c = LocalCluster::start(1).unwrap();
     let mut o = options(&c, "grace");
@@ -347,6 +351,7 @@ fn an_orphan_waits_out_its_grace_period_whatever_the_clocks() {
         .args(["--exact", "an_orphan_waits_out_its_grace_period_whatever_the_clocks", "--nocapture"])
         .env("RCUVFS_ETCD_SWEEPER", c.spec("grace"))
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("faketime (Debian's faketime package; .ci/run installs it)");
@@ -373,8 +378,9 @@ fn an_orphan_waits_out_its_grace_period_whatever_the_clocks() {
     }
     eprintln!("the orphan was there at {seen} reads within the grace period");
     eventually("the orphan reclaimed", || afs.orphans().unwrap() == (0, 0));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    // The child's stdin ends: it exits, and `faketime` with it.
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success(), "the sweeping child failed");
     assert_whole(&afs);
     assert!(a.read("/f").is_err());
 }
