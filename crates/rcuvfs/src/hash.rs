@@ -217,6 +217,9 @@ pub(crate) fn same_name(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     if n >= 8 {
+        // `has_nul`'s loop, written out again: a helper taking the test as
+        // a closure, or `step_by` and `chain`, made a stat 10-140
+        // instructions longer (`scripts/count-ops stat`, 3 runs each).
         let mut i = 0;
         while i + 8 < n {
             if load(a, i, 8) != load(b, i, 8) {

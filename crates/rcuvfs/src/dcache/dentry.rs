@@ -84,16 +84,16 @@ impl Name {
     /// `p` is writable for `layout(bytes.len())` and aligned for the head,
     /// and no one reads it meanwhile.
     unsafe fn write_at(p: *mut u8, hash: u64, bytes: &[u8]) {
-        // SAFETY: the caller's contract; the block is at least the head's
-        // size (16: `pad_to_align` of 9 or more bytes): the head, then the
-        // bytes from `BYTES_AT` (the head is written first, so its padding
-        // cannot overwrite them).
+        // SAFETY: the caller's contract; the block is at least 16 bytes
+        // (`pad_to_align` of 9 or more), 8-aligned: the hash at 0, the word
+        // at `KEY_AT` (8), then the bytes from `BYTES_AT`, written after
+        // that word so that its zeroes do not overwrite them.
         unsafe {
             // Field by field, with the word after the hash zeroed first: a
             // write of the head as a struct would leave its padding (where
             // a short name's bytes go) uninitialized, and `key` reads that
             // word whole.
-            p.cast::<u64>().write(hash);
+            p.add(std::mem::offset_of!(NameHead, hash)).cast::<u64>().write(hash);
             p.add(Self::KEY_AT).cast::<u64>().write(0);
             p.add(Self::KEY_AT).write(bytes.len() as u8);
             ptr::copy_nonoverlapping(bytes.as_ptr(), p.add(Self::BYTES_AT), bytes.len());

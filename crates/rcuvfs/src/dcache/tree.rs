@@ -105,7 +105,8 @@ impl Dcache {
         // A short name is one word (`Name::key`); with `key` 0 the bytes
         // are compared.
         debug_assert!(key == 0 || key == crate::hash::short_key(name));
-        if if key != 0 { n.key() != key } else { !same_name(&n.bytes, name) } {
+        let same = if key != 0 { n.key() == key } else { same_name(&n.bytes, name) };
+        if !same {
             return Probe::Skip;
         }
         // SAFETY: the walk's contract: the caller stays in its read
