@@ -13,6 +13,8 @@ use crate::sync::shard::Counter;
 pub struct LiveCounters {
     pub(crate) dentries: Counter,
     pub(crate) negative: Counter,
+    /// Misses cached without a dentry (`dcache::absent`).
+    pub(crate) absent: Counter,
     pub(crate) inodes: Counter,
     mounts: std::sync::atomic::AtomicI64,
 }
@@ -24,6 +26,7 @@ impl LiveCounters {
         LiveCounters {
             dentries: Counter::new(batch),
             negative: Counter::new(batch),
+            absent: Counter::new(batch),
             inodes: Counter::new(batch),
             mounts: Default::default(),
         }
@@ -33,6 +36,10 @@ impl LiveCounters {
     }
     pub fn negative_dentries(&self) -> i64 {
         self.negative.exact()
+    }
+    /// Names cached as absent in their directories' sets, with no dentry.
+    pub fn absent_names(&self) -> i64 {
+        self.absent.exact()
     }
     pub fn inodes(&self) -> i64 {
         self.inodes.exact()

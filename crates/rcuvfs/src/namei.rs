@@ -430,7 +430,7 @@ impl Dcache {
                         // Every name the directory has is cached: a clean
                         // miss is the answer (probed again to tell it from a
                         // candidate in the middle of a change).
-                        if self.certainly_absent_h(guard, cur, hash) {
+                        if self.certainly_absent_h(guard, cur, hash) || self.absent_known(guard, cur, name, hash) {
                             return validated(cur, seq, ENOENT);
                         }
                         let found = match self.fs_probe(guard, cur, ci, name) {
@@ -752,6 +752,7 @@ impl Dcache {
 
     /// Looks `name` up in `dir` and returns a reference to its dentry,
     /// positive or negative, consulting the filesystem on a miss.
+    #[cfg(loom)]
     pub(crate) fn lookup_ref<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<DRef<'a>> {
         let hash = crate::dcache::name_hash(dir, name);
         loop {
@@ -765,8 +766,9 @@ impl Dcache {
             if let Some(d) = self.lookup_cached_h(dir, name, hash)? {
                 return Ok(d);
             }
-            match self.lookup_fs(dir, name, hash, None)? {
+            match self.lookup_fs(dir, name, hash, None, true)? {
                 Spliced::Done(d) => return Ok(d),
+                Spliced::Absent => unreachable!("a dentry was wanted"),
                 // A directory's dentry must move here from another parent
                 // while a rename runs: let go, wait for it, look again.
                 Spliced::RenameBusy { wait } => {
@@ -840,8 +842,9 @@ impl Dcache {
         hash: u64,
         renaming: Option<&MutexGuard<'_, ()>>,
     ) -> Result<DRef<'a>> {
-        match self.lookup_fs(dir, name, hash, renaming)? {
+        match self.lookup_fs(dir, name, hash, renaming, true)? {
             Spliced::Done(d) => Ok(d),
+            Spliced::Absent => unreachable!("a dentry was wanted"),
             Spliced::RenameBusy { wait } => {
                 RENAME_BUSY.with(|b| b.set(Some(wait)));
                 fail(libc::ESTALE)
@@ -859,24 +862,50 @@ impl Dcache {
         drop(self.rename_mutex.lock());
     }
 
-    /// Asks the filesystem about `name` and caches its answer.
+    /// Asks the filesystem about `name` and caches its answer. The caller
+    /// holds the name's lock. With `dentry`, the answer is a dentry,
+    /// negative for an absent name (what an update works on): a cached
+    /// miss in the directory's set is taken out first, and answers without
+    /// the filesystem (`absent`: this is what keeps the set true). Without,
+    /// an absent name is [`Spliced::Absent`], cached in the set rather than
+    /// as a negative dentry.
     fn lookup_fs<'a>(
         &'a self,
         dir: &Dentry,
         name: &[u8],
         hash: u64,
         renaming: Option<&MutexGuard<'_, ()>>,
+        dentry: bool,
     ) -> Result<Spliced<'a>> {
         let dir_inode = dir.inode().expect("positive directory");
         let sb = dir.dir_sb();
-        if self.certainly_absent_h(&self.rcu.read_lock(), dir, hash) {
-            // Every name the directory has is cached, and this one is not.
-            return Ok(Spliced::Done(self.d_add_h(dir, name, hash, std::ptr::null())));
+        let absent = |known: bool| {
+            // A negative dentry where one is wanted, or where the set may
+            // not cache the miss (a filesystem whose entries are
+            // revalidated asks about a negative dentry instead).
+            if dentry || (!known && !self.caches_absent(dir)) {
+                Spliced::Done(self.d_add_h(dir, name, hash, std::ptr::null()))
+            } else {
+                if !known {
+                    self.absent_add(dir, name, hash);
+                }
+                Spliced::Absent
+            }
+        };
+        let known = if dentry {
+            self.absent_forget(dir, name, hash)
+        } else {
+            self.absent_known(&self.rcu.read_lock(), dir, name, hash)
+        };
+        if known || self.certainly_absent_h(&self.rcu.read_lock(), dir, hash) {
+            // Cached as absent, or every name the directory has is cached
+            // and this one is not (nothing to add to the set then).
+            return Ok(absent(true));
         }
         if let Some(m) = sb.fs.as_memfs() {
             match m.lookup_bound(sb, dir_inode, name, &self.counters) {
                 Some(Some(ip)) => return self.d_splice_alias(dir, name, ip, renaming),
-                Some(None) => return Ok(Spliced::Done(self.d_add_h(dir, name, hash, std::ptr::null()))),
+                Some(None) => return Ok(absent(false)),
                 None => {}
             }
         }
@@ -886,18 +915,39 @@ impl Dcache {
                 let ip = sb.iget(&attr, true, &self.counters)?;
                 self.d_splice_alias(dir, name, ip, renaming)
             }
-            Err(e) if errno_of(&e) == ENOENT => Ok(Spliced::Done(self.d_add_h(dir, name, hash, std::ptr::null()))),
+            Err(e) if errno_of(&e) == ENOENT => Ok(absent(false)),
             Err(e) => Err(e),
         }
     }
 
-    /// Looks `name` up in `dir`; ENOENT for a negative dentry.
+    /// Looks `name` up in `dir`: ENOENT for an absent name, for which no
+    /// dentry is made; a miss the filesystem answers is cached in the
+    /// directory's set of absent names (`absent`) instead.
     pub(crate) fn lookup_positive<'a>(&'a self, dir: &Dentry, name: &[u8]) -> Result<DRef<'a>> {
-        let d = self.lookup_ref(dir, name)?;
-        if d.inode().is_none() {
-            return fail(ENOENT);
+        let hash = crate::dcache::name_hash(dir, name);
+        let positive = |d: DRef<'a>| if d.inode().is_some() { Ok(d) } else { fail(ENOENT) };
+        loop {
+            if let Some(d) = self.lookup_cached_h(dir, name, hash)? {
+                return positive(d);
+            }
+            if self.absent_known(&self.rcu.read_lock(), dir, name, hash) {
+                return fail(ENOENT);
+            }
+            // As `lookup_ref`: parallel lookups of one missing name make one
+            // filesystem call.
+            let n = self.names.lock(hash);
+            if let Some(d) = self.lookup_cached_h(dir, name, hash)? {
+                return positive(d);
+            }
+            match self.lookup_fs(dir, name, hash, None, false)? {
+                Spliced::Done(d) => return positive(d),
+                Spliced::Absent => return fail(ENOENT),
+                Spliced::RenameBusy { wait } => {
+                    drop(n);
+                    self.wait_for_move(wait);
+                }
+            }
         }
-        Ok(d)
     }
 
     /// Walks every component but the last, following symlinks, and checks

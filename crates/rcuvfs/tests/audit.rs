@@ -46,6 +46,15 @@ fn norefs_stat_writes_nothing_shared() {
     let before = audit::count();
     assert!(v.metadata("/d0/missing").is_err());
     assert_eq!(audit::count() - before, 0, "a cached miss writes nothing either");
+    // Also one cached in a directory's set of absent names, where the
+    // directory is not complete.
+    let v = Vfs::builder().complete_dirs(false).build().unwrap();
+    v.create_dir_all("/d0").unwrap();
+    assert!(v.metadata("/d0/missing").is_err());
+    assert_eq!(v.stats().absent_names, 1);
+    let before = audit::count();
+    assert!(v.metadata("/d0/missing").is_err());
+    assert_eq!(audit::count() - before, 0, "a miss cached as an absent name writes nothing");
 }
 
 #[test]

@@ -132,10 +132,15 @@ fn nothing_escapes_the_root() {
 
 /// The outside-change checks, for a Vfs over `h` in either mode.
 fn sees_outside_changes(h: &HostDir, opts: PassthroughOptions) {
+    let watch = opts.watch;
     let (v, _) = serve(&h.0, opts);
-    // A cached miss (negative dentry) gives way when the name appears.
+    // A cached miss gives way when the name appears: with watches, a name
+    // in the root's set of absent names, which the watch's report takes
+    // out; with the TTL alone, a negative dentry, revalidated.
     assert_eq!(errno(&v.metadata("/new")), libc::ENOENT);
     assert_eq!(errno(&v.metadata("/new")), libc::ENOENT);
+    let s = v.stats();
+    assert_eq!((s.absent_names, s.negative_dentries), if watch { (1, 0) } else { (0, 1) });
     std::fs::write(h.path("new"), b"12345").unwrap();
     eventually("a created file", || v.metadata("/new").is_ok_and(|m| m.len() == 5));
     // Data and size.

@@ -956,3 +956,140 @@ fn a_lookups_older_answer_does_not_replace_what_is_in_core() {
     assert!(fs.stale_lookup.lock().unwrap().is_none(), "the lookup did not reach the filesystem");
     assert_eq!(e.metadata().unwrap().len(), 6);
 }
+
+/// Cached misses (`dcache::absent`: names in their directory's set, no
+/// dentry) under everything that must take them out or may drop them: in
+/// a directory the cache cannot know whole (`complete_dirs(false)`),
+/// writers make and remove their names over and over (a file written, a
+/// directory made, a file renamed over the name; unlinks and rmdirs),
+/// readers stat and open them and names that never exist, the backend
+/// reports every name changed (`Notify`), `drop_caches` runs, and a bound
+/// of 16 cached misses and a dcache target of 64 keep eviction and the
+/// shrinker busy. Each name's state is published around each change (odd
+/// while it changes), so a reader knows what its answer must be when the
+/// state is the same before and after its call; counted wrong: a name that
+/// exists throughout reported missing (a stale cached miss), a name absent
+/// throughout found, or a never-made name found. Every reference mode;
+/// the counters must come back to zero.
+#[test]
+fn cached_misses_race_creates_removals_notifies_and_evictions() {
+    use std::sync::atomic::AtomicUsize;
+    const PER_WRITER: usize = 8;
+    const WRITERS: usize = 2;
+    for mode in RefMode::ALL {
+        let fs = Arc::new(Notifying::new(false));
+        let v = Arc::new(
+            Vfs::builder()
+                .filesystem(fs.clone())
+                .mode(mode)
+                .complete_dirs(false)
+                .dcache_target(64)
+                .negative_dentries(16)
+                .build()
+                .unwrap(),
+        );
+        v.create_dir("/d").unwrap();
+        let dir_ino = v.metadata("/d").unwrap().ino();
+        // Per name: (generation << 2) | present << 1 | changing.
+        let state: Arc<Vec<AtomicU64>> = Arc::new((0..WRITERS * PER_WRITER).map(|_| AtomicU64::new(0)).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (wrong, checked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicUsize::new(0)));
+        let mut ts = Vec::new();
+        for w in 0..WRITERS {
+            let (v, state, stop) = (v.clone(), state.clone(), stop.clone());
+            ts.push(thread::spawn(move || {
+                let mut round = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for k in 0..PER_WRITER {
+                        let i = w * PER_WRITER + k;
+                        let p = format!("/d/n{i}");
+                        let s = &state[i];
+                        let g = s.load(Ordering::SeqCst) >> 2;
+                        let dir = round % 3 == 1;
+                        s.store((g << 2) | 1, Ordering::SeqCst);
+                        match round % 3 {
+                            0 => v.write(&p, b"x").unwrap(),
+                            1 => v.create_dir(&p).unwrap(),
+                            _ => {
+                                let t = format!("/d/t{i}");
+                                v.write(&t, b"x").unwrap();
+                                v.rename(&t, &p).unwrap();
+                            }
+                        }
+                        s.store(((g + 1) << 2) | 2, Ordering::SeqCst);
+                        thread::yield_now();
+                        s.store(((g + 1) << 2) | 3, Ordering::SeqCst);
+                        if dir {
+                            v.remove_dir(&p).unwrap();
+                        } else {
+                            v.remove_file(&p).unwrap();
+                        }
+                        s.store((g + 2) << 2, Ordering::SeqCst);
+                    }
+                    round += 1;
+                }
+            }));
+        }
+        for r in 0..3 {
+            let (v, state, stop, wrong, checked) =
+                (v.clone(), state.clone(), stop.clone(), wrong.clone(), checked.clone());
+            ts.push(thread::spawn(move || {
+                let mut k: usize = r;
+                while !stop.load(Ordering::Relaxed) {
+                    k = k.wrapping_mul(2654435761).wrapping_add(12345) % 1_000_003;
+                    let i = k % (WRITERS * PER_WRITER);
+                    let p = format!("/d/n{i}");
+                    let before = state[i].load(Ordering::SeqCst);
+                    let found = if k.is_multiple_of(4) {
+                        v.open(&p, OpenOptions::new().read(true)).map(drop)
+                    } else {
+                        v.metadata(&p).map(drop)
+                    };
+                    let after = state[i].load(Ordering::SeqCst);
+                    if before == after && before & 1 == 0 {
+                        checked.fetch_add(1, Ordering::Relaxed);
+                        let present = before & 2 != 0;
+                        if present != found.is_ok() || (!present && !is_enoent(&found)) {
+                            wrong.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    // A name never made: a miss that leaves one more cached.
+                    if v.metadata(format!("/d/never{}", k % 64)).is_ok() {
+                        wrong.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        {
+            let (v, fs, stop) = (v.clone(), fs.clone(), stop.clone());
+            ts.push(thread::spawn(move || {
+                let mut n = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(notify) = fs.notify.get() {
+                        let name = format!("n{}", n % (WRITERS * PER_WRITER));
+                        notify.entry_changed(dir_ino, name.as_bytes());
+                        if n.is_multiple_of(97) {
+                            notify.all_changed();
+                        }
+                    }
+                    if n.is_multiple_of(50) {
+                        v.drop_caches();
+                    }
+                    n += 1;
+                    thread::yield_now();
+                }
+            }));
+        }
+        thread::sleep(Duration::from_millis(run_ms()));
+        stop.store(true, Ordering::Relaxed);
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert!(checked.load(Ordering::Relaxed) > 0, "{mode:?}: no answer was checked");
+        assert_eq!(wrong.load(Ordering::Relaxed), 0, "{mode:?}: wrong answers about names made and removed");
+        v.check_invariants().unwrap();
+        let counters = v.live_counters();
+        drop(v);
+        assert_eq!((counters.dentries(), counters.inodes(), counters.absent_names()), (0, 0, 0), "{mode:?}: leaked");
+    }
+}

@@ -11,9 +11,10 @@
 //! the stats and the unlinks it also stats names that were never created
 //! (up to [`MISSES_MAX`], one per file): ns per miss. The directories are
 //! made through the Vfs, so over memfs they are complete and a miss leaves
-//! nothing (mode part `+incomplete`: a negative dentry each, as any
-//! filesystem that can change behind the cache). What the negative
-//! dentries cost is measured in a process of its own (`cargo run --release
+//! nothing (mode part `+incomplete`: a name in its directory's set of
+//! absent names each, as over any filesystem that can change behind the
+//! cache; a negative dentry each until 2026-11-28). What cached misses
+//! cost is measured in a process of its own (`cargo run --release
 //! --example negative`): here the RSS would not grow while the allocator
 //! reuses what the creates' settling freed.
 
@@ -54,7 +55,8 @@ pub struct FilesRow {
     /// What `bytes_per_file` measures.
     pub memory: &'static str,
     /// ns per lookup of a name that does not exist (a stat that fails,
-    /// leaving a negative dentry), in the directories of the files.
+    /// leaving what a miss leaves: see the module doc), in the directories
+    /// of the files.
     pub miss_ns: f64,
     /// Of `create_ns`, the kernel's time on the creating thread
     /// (`getrusage(RUSAGE_THREAD)`, 1 ms resolution at worst): for the

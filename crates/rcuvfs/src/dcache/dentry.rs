@@ -159,7 +159,8 @@ impl Name {
 // | 5      | `MOUNTED`    | the namespace lock            | something is mounted here |
 // | 6      | `NEG_LRU`    | with `ON_LRU`                 | on its shard's negative list (set iff the dentry is negative while `ON_LRU`) |
 // | 7      | `COMPLETE`   | set under d_lock before the inode is published; cleared by anyone, before the index change that calls for it | a directory all of whose names have hashed dentries here: a miss in its index is an answer (ENOENT) |
-// | 8..12  | LRU shard    | with `ON_LRU`                 | which shard's list it is on |
+// | 8..13  | LRU shard    | with `ON_LRU`                 | which shard's list it is on |
+// | 14     | `ABSENT_HELD` | d_lock                       | the directory's set of absent names holds a reference on it, and a list of such directories holds the directory (`absent`) |
 
 pub const HASHED: u32 = 1;
 pub const ROOT: u32 = 2;
@@ -191,6 +192,11 @@ pub const NEG_LRU: u32 = 64;
 /// the index (its slot loads are Acquire, the removal a Release) then
 /// loads this flag and sees it cleared if the name it missed was dropped.
 pub const COMPLETE: u32 = 128;
+/// This directory's set of absent names holds a counted reference on it,
+/// and one of the cache's lists of such directories holds its pointer
+/// (see `absent`). Changed under d_lock; whenever d_lock is free, a
+/// non-empty set implies the flag.
+pub const ABSENT_HELD: u32 = 1 << 14;
 pub(crate) const LRU_SHARD_SHIFT: u32 = 8;
 pub(crate) const LRU_SHARD_MASK: u32 = 0x3f << LRU_SHARD_SHIFT;
 
@@ -243,9 +249,13 @@ pub(crate) struct Dentry {
     /// where a walk starts or crosses a mount, at a root, whose count is
     /// rarely the one that changes.
     pub(super) sb: AtomicPtr<Super>,
+    /// Names its filesystem said are absent from this directory, cached
+    /// without a dentry each (`absent`: a cached miss in 16 to 264 bytes
+    /// and a slot, not a 128-byte negative dentry). Empty for others.
+    pub(super) absent: Index<NameHead>,
     /// Explicit (atomic) tail, so the struct has no implicit padding: see
     /// `iname` (Miri caught the tail padding too).
-    pub(super) _tail: [std::sync::atomic::AtomicU64; 2],
+    pub(super) _tail: std::sync::atomic::AtomicU64,
     /// Set by the loom RCU stand-in once the grace period that began at
     /// this dentry's kill has ended, when the real build may free it: every
     /// touch checks it (`check_live`).
@@ -278,6 +288,14 @@ const _: () = assert!(
 /// The longest name kept inside its dentry (16 bytes of line 0: the hash,
 /// the length and 7 bytes).
 pub(crate) const INLINE_NAME: usize = 7;
+
+impl Indexed for NameHead {
+    /// The hash it was made with (immutable): a directory's set of absent
+    /// names is an index of bare names.
+    fn index_hash(&self) -> u64 {
+        self.hash
+    }
+}
 
 impl Indexed for Dentry {
     /// The hash of the name it was inserted under: stable while it is in an
@@ -312,7 +330,8 @@ impl Dentry {
             lru: UnsafeCell::new(LruLinks { prev: ptr::null(), next: ptr::null(), stamp: 0 }),
             alias_next: UnsafeCell::new(ptr::null()),
             sb: AtomicPtr::new(sb as *mut Super),
-            _tail: std::array::from_fn(|_| std::sync::atomic::AtomicU64::new(0)),
+            absent: Index::new(),
+            _tail: std::sync::atomic::AtomicU64::new(0),
             #[cfg(loom)]
             freed: loom::sync::atomic::AtomicBool::new(false),
             #[cfg(loom)]

@@ -1087,8 +1087,8 @@ fn loom_d_add_vs_unhash_tree() {
                 let _l = dc.names.lock(super::name_hash(dir, b"x"));
                 drop(dc.d_add(dir, b"x", std::ptr::null()));
                 drop(_l);
-                // SAFETY: the reference `hold` took, dropped once.
-                unsafe { dc.dput(dir) }
+                // The reference `hold` took, dropped once.
+                dc.dput(dir)
             })
         };
         let remover = {
@@ -1097,12 +1097,167 @@ fn loom_d_add_vs_unhash_tree() {
                 // SAFETY: held by `d2`.
                 let dir = unsafe { &*(d2.0 as *const super::Dentry) };
                 dc.unhash_tree(dir, true);
-                // SAFETY: the reference `hold` took, dropped once.
-                unsafe { dc.dput(dir) }
+                // The reference `hold` took, dropped once.
+                dc.dput(dir)
             })
         };
         adder.join().unwrap();
         remover.join().unwrap();
+        check_cache(&dc);
+    });
+}
+
+/// A filesystem with one name, `x`, absent until `create` makes it (a
+/// file, inode 20).
+struct OneName(loom::sync::atomic::AtomicBool);
+
+impl FileSystem for OneName {
+    fn root(&self) -> Ino {
+        1
+    }
+    fn lookup(&self, _: Ino, name: &[u8]) -> Result<Attr> {
+        if name == b"x" && self.0.load(loom::sync::atomic::Ordering::SeqCst) {
+            Ok(attr(20))
+        } else {
+            fail(ENOENT)
+        }
+    }
+    fn create(&self, _: Ino, _: &[u8], _: u32, _: Owner) -> Result<Attr> {
+        self.0.store(true, loom::sync::atomic::Ordering::SeqCst);
+        Ok(attr(20))
+    }
+    fn forget(&self, _: Ino, _: u64) {}
+    fn getattr(&self, ino: Ino) -> Result<Attr> {
+        Ok(attr(ino))
+    }
+    fn setattr(&self, ino: Ino, _: &SetAttr) -> Result<Attr> {
+        Ok(attr(ino))
+    }
+    fn mkdir(&self, _: Ino, _: &[u8], _: u32, _: Owner) -> Result<Attr> {
+        fail(ENOENT)
+    }
+    fn mknod(&self, _: Ino, _: &[u8], _: FileType, _: u32, _: u64, _: Owner) -> Result<Attr> {
+        fail(ENOENT)
+    }
+    fn symlink(&self, _: Ino, _: &[u8], _: &[u8], _: Owner) -> Result<Attr> {
+        fail(ENOENT)
+    }
+    fn link(&self, _: Ino, _: Ino, _: &[u8]) -> Result<Attr> {
+        fail(ENOENT)
+    }
+    fn unlink(&self, _: Ino, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    fn rmdir(&self, _: Ino, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    fn rename(&self, _: Ino, _: &[u8], _: Ino, _: &[u8], _: RenameFlags) -> Result<()> {
+        Ok(())
+    }
+    fn readlink(&self, _: Ino) -> Result<Vec<u8>> {
+        fail(ENOENT)
+    }
+    fn readdir(&self, _: Ino, _: u64) -> Result<Vec<DirEntry>> {
+        Ok(Vec::new())
+    }
+    fn read(&self, _: Ino, _: u64, _: &mut [u8]) -> Result<usize> {
+        Ok(0)
+    }
+    fn write(&self, _: Ino, _: WritePos, _: &[u8]) -> Result<u64> {
+        Ok(0)
+    }
+    fn statfs(&self) -> Result<StatFs> {
+        Ok(StatFs::default())
+    }
+}
+
+/// The create of `x` as the VFS does it: the name's lock, its lookup
+/// (which takes a cached miss out), the filesystem's create, the dentry
+/// made positive; `created` is set after the filesystem's create.
+fn create_x(dc: &Dcache, fs: &OneName, created: &loom::sync::atomic::AtomicBool) {
+    let root = dc.root();
+    let _lock = dc.names.lock(super::name_hash(root, b"x"));
+    let x = dc.lookup_locked(root, b"x", None).unwrap();
+    assert!(x.inode().is_none(), "x is made here");
+    let a = fs.create(1, b"x", 0o644, Owner { uid: 0, gid: 0 }).unwrap();
+    created.store(true, loom::sync::atomic::Ordering::SeqCst);
+    let ip = dc.root_sb().iget(&a, false, &dc.counters).unwrap();
+    dc.d_instantiate(&x, ip, false);
+}
+
+/// A miss cached in the root's set of absent names (`absent`), then a
+/// create of the name racing an RCU reader of the set and a lookup of the
+/// name: a reader that saw the create's filesystem change never finds the
+/// cached miss (the create's lookup took it out before), and the lookup
+/// answers ENOENT only before that change. Afterwards the set is empty and
+/// the name found. Fails with the create's lookup not taking the entry
+/// out (`absent_forget` in `lookup_fs`), and with the filesystem's create
+/// moved before that lookup (the reader's assertion).
+#[test]
+fn loom_cached_miss_vs_create() {
+    use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    model(|| {
+        let fs = Arc::new(OneName(AtomicBool::new(false)));
+        let dc = cache_over(fs.clone());
+        dc.root().set_incomplete();
+        let root = dc.root();
+        assert!(dc.lookup_positive(root, b"x").is_err());
+        assert_eq!(dc.counters.absent_names(), 1, "the miss is cached in the set");
+        let created = Arc::new(AtomicBool::new(false));
+        let creator = {
+            let (dc, fs, created) = (dc.clone(), fs.clone(), created.clone());
+            thread::spawn(move || create_x(&dc, &fs, &created))
+        };
+        thread::yield_now();
+        let seen = created.load(SeqCst);
+        let known = dc.absent_known(&dc.rcu.read_lock(), root, b"x", super::name_hash(root, b"x"));
+        assert!(!(seen && known), "the cached miss outlived the create it was read after");
+        let seen = created.load(SeqCst);
+        if dc.lookup_positive(root, b"x").is_err() {
+            assert!(!seen, "ENOENT after the create");
+        }
+        creator.join().unwrap();
+        assert_eq!(dc.counters.absent_names(), 0);
+        assert!(dc.lookup_positive(root, b"x").is_ok());
+        check_cache(&dc);
+    });
+}
+
+/// The oldest set let go (`absent_evict`: the flag cleared, the set
+/// emptied, the list's reference dropped) racing a miss cached in the same
+/// directory, which lists it again if it finds the flag clear: at the
+/// end, whenever the set holds a name the directory is held and listed
+/// once, and its count is the filesystem's reference plus the set's.
+/// Then `drop_caches`' purge leaves nothing cached and the count as it was
+/// before the first miss. Fails with the flag cleared after the set is
+/// emptied rather than before (a miss cached in between is left in a
+/// directory nothing holds).
+#[test]
+fn loom_absent_eviction_vs_cached_miss() {
+    use super::dentry::ABSENT_HELD;
+    model(|| {
+        let dc = cache_over(Arc::new(OneName(loom::sync::atomic::AtomicBool::new(false))));
+        dc.root().set_incomplete();
+        let root = dc.root();
+        let base = root.lockref().count_hint();
+        assert!(dc.lookup_positive(root, b"a").is_err());
+        let evictor = {
+            let dc = dc.clone();
+            thread::spawn(move || {
+                dc.absent_evict(1);
+            })
+        };
+        thread::yield_now();
+        assert!(dc.lookup_positive(root, b"b").is_err());
+        evictor.join().unwrap();
+        let held = root.flags.load(loom::sync::atomic::Ordering::SeqCst) & ABSENT_HELD != 0;
+        let names = dc.counters.absent_names();
+        assert!(names == 0 || held, "{names} cached misses in a directory that is not held");
+        assert_eq!(dc.absent_dirs.listed(), held as usize);
+        assert_eq!(root.lockref().count_hint(), base + held as i32);
+        dc.absent_purge(None);
+        assert_eq!((dc.counters.absent_names(), dc.absent_dirs.listed()), (0, 0));
+        assert_eq!(root.lockref().count_hint(), base);
         check_cache(&dc);
     });
 }

@@ -279,13 +279,20 @@ impl Dcache {
     /// would stall that one call for a tenth of a second; the allocations
     /// that follow share the work instead.
     pub(super) fn shrink_to_target(&self) {
-        let (n, neg) = (self.counters.dentries.approx(), self.counters.negative.approx());
+        let (n, neg) =
+            (self.counters.dentries.approx(), self.counters.negative.approx() + self.counters.absent.approx());
         let target = self.target.load(std::sync::atomic::Ordering::Relaxed);
         let negative_target = self.negative_target;
         let slack = (target / 64).max(8) as i64;
         let batch = |over: i64| over.min(2 * slack) as usize;
         if neg > negative_target as i64 + slack {
-            self.shrink(batch(neg - negative_target as i64), true);
+            // Cached misses: sets of absent names first (the oldest
+            // directory's, whole), then negative dentries.
+            let want = batch(neg - negative_target as i64);
+            let freed = self.absent_evict(want);
+            if freed < want {
+                self.shrink(want - freed, true);
+            }
         }
         if n > target as i64 + slack {
             self.shrink(batch(n - target as i64), false);
@@ -433,6 +440,9 @@ impl Dcache {
         // The superblock list first (see the lock table): no superblock dies
         // while we walk its tree.
         let supers = self.supers.lock();
+        // Every cached miss, and with them the references that kept their
+        // directories.
+        self.absent_purge(None);
         for &sb in supers.iter() {
             // SAFETY: superblocks on the list are live, and their roots.
             let root = unsafe { &*(*sb).root.load(std::sync::atomic::Ordering::Relaxed) };
@@ -477,6 +487,11 @@ mod tests {
         for i in 0..20_000 {
             vfs.write(format!("/f{i}"), b"").unwrap();
         }
+        // An update's miss leaves a negative dentry (a lookup's leaves an
+        // absent name, no dentry): renames of names never made.
+        for i in 0..1_000 {
+            vfs.rename(format!("/m{i}"), "/z").unwrap_err();
+        }
         for _ in 0..2 {
             for i in 0..1_000 {
                 vfs.metadata(format!("/m{i}")).unwrap_err();
@@ -485,6 +500,7 @@ mod tests {
         let c = &vfs.dc().counters;
         let (files, negatives) = (c.dentries() - c.negative_dentries(), c.negative_dentries());
         assert_eq!(negatives, 1_000);
+        assert_eq!(c.absent_names(), 0, "a negative dentry answers the stats");
         let done = shrink_fully(&vfs, 500, true);
         assert_eq!(done.freed, 500);
         assert!(done.scanned <= 1_600, "looked at {} dentries to free 500 of 1,000 negative ones", done.scanned);

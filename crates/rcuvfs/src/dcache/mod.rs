@@ -10,6 +10,8 @@
 //! - `tree`: finding, adding, moving, deleting and killing dentries;
 //! - `refs`: references: `dput`'s last-reference protocol, `dget_parent`;
 //! - `lru`: the LRU lists and the shrinkers;
+//! - `absent`: cached misses without dentries (a directory's set of absent
+//!   names);
 //! - `names`: name locks;
 //! - `path`: paths and ancestry (`d_path`, `is_ancestor`, aliases);
 //! - `check`: the invariant check.
@@ -22,16 +24,19 @@
 //! | `Dcache::rename_mutex`   | the tree's shape across directories (Linux `s_vfs_rename_mutex`): held by a cross-directory rename, a mount, and a lookup that moves a directory's dentry to another parent; ancestry checks under it are exact |
 //! | `Dcache::renames` (seqcount) | written under `rename_mutex` around every move across directories: a path built under RCU (`d_path`) validates it |
 //! | a name lock (`names`)    | one name in one directory: its binding in the filesystem, and the dcache's record of it, across a lookup miss, create, remove or rename of it |
-//! | a dentry's `d_lock` (its lockref's lock) | the count's transitions to and from zero; the `HASHED`, `ON_LRU` and `NEG_LRU` flags; the inode pointer; the name and parent (with the name lock); the dead transition |
+//! | a dentry's `d_lock` (its lockref's lock) | the count's transitions to and from zero; the `HASHED`, `ON_LRU`, `NEG_LRU` and `ABSENT_HELD` flags; the inode pointer; the name and parent (with the name lock); the dead transition |
 //! | `Dentry::seq` (seqcount) | written inside `d_lock` whenever the name, parent, inode or hashed state changes; invalidated when the dentry leaves its index or dies |
 //! | an index's home lock     | the index entries of the keys whose home it is (`sync::index`) |
 //! | an LRU shard's lock      | that shard's two lists (positive and negative dentries) and its clock; a dentry's `ON_LRU`, `NEG_LRU` and shard bits change only with both its `d_lock` and this held, and so does the inode pointer of a dentry on a list (`lru_flip_locked`), so that a list holds only its kind for anyone holding this lock |
+//! | a list of directories with absent names (`absent`, per shard) | which directories' sets hold a reference on them (`ABSENT_HELD`); inserts into a set and its emptying run under the directory's `d_lock`, taking one name out under the set's home lock |
 //! | `Inode::aliases`         | an inode's list of the dentries that name it (a leaf)     |
 //!
 //! Order: `supers`, then `rename_mutex`, then name locks (two in stripe
 //! order), then a dentry's `d_lock` (a parent's before its child's; two
 //! unrelated ones by address), then an index's home lock (two in the index's
-//! order), then an LRU shard's lock, then the inode table and `aliases`. The
+//! order, a directory's set of absent names included), then an LRU
+//! shard's lock or a list of directories with absent names, then the inode
+//! table and `aliases`. The
 //! shrinker walks an LRU list under its lock and only *tries* each dentry's
 //! `d_lock`, so it never waits against this order.
 //!
@@ -69,7 +74,7 @@
 //! |----------|----------|-------|---------|-------------------------------------------------|
 //! | in use   | yes      | any   | > 0     | a walk, handle or child holds it                |
 //! | unused   | yes      | some  | 0       | cached, on an LRU list; the shrinker may kill it |
-//! | negative | yes      | none  | >= 0    | a cached miss                                   |
+//! | negative | yes      | none  | >= 0    | a miss an update looked up (a lookup's miss leaves a name in its directory's set of absent names instead, `absent`) |
 //! | unhashed | no       | any   | > 0     | removed, replaced or invalidated while held; killed at its last put |
 //! | dead     | no       | -     | `DEAD`  | out of its parent's index and off the LRU; freed after a grace period |
 //!
@@ -109,6 +114,7 @@
 //! hides a name present for the whole lookup, renames and resizes included
 //! (`sync::index`), so a miss needs no retry under a rename lock.
 
+mod absent;
 mod check;
 pub(crate) mod dentry;
 mod lru;
@@ -138,6 +144,10 @@ pub(crate) enum Spliced<'a> {
     /// that place (`wait`, its name hash): the caller lets go of its locks,
     /// waits for both, and looks again.
     RenameBusy { wait: Option<u64> },
+    /// The name is absent, and no dentry was made for it: the answer of a
+    /// lookup that wanted none (`lookup_positive`), cached in the
+    /// directory's set of absent names where that may be (`absent`).
+    Absent,
 }
 
 pub use crate::counters::LiveCounters;
@@ -169,6 +179,8 @@ pub(crate) struct Dcache {
     /// bound memfs, whose inodes those are).
     pub rcu: Arc<Rcu>,
     lrus: lru::Lrus,
+    /// Directories with cached absent names (`absent`).
+    absent_dirs: absent::AbsentDirs,
     /// Dentries the shrinker holds the cache to (lowered by a mount of a
     /// filesystem with an inode budget). Plain std atomic: not part of any
     /// protocol.
@@ -212,6 +224,7 @@ impl Dcache {
             renames: SeqCount::new(),
             names: names::NameLocks::new(),
             lrus: lru::Lrus::new(),
+            absent_dirs: absent::AbsentDirs::new(),
             target: std::sync::atomic::AtomicUsize::new(target),
             negative_target: o.negative_target,
             complete_dirs: o.complete_dirs,
@@ -405,6 +418,9 @@ impl Dcache {
         for c in kids {
             self.d_invalidate(&c);
         }
+        // The root's own cached misses (its children's went with them).
+        let _l = root.lockref().lock();
+        self.absent_drain(root);
     }
 
     /// One read section for a whole update ([`Rcu::hold`]): the sections
@@ -442,6 +458,8 @@ impl Dcache {
         let root = sbr.root.load(std::sync::atomic::Ordering::Relaxed) as *const Dentry;
         // SAFETY: the root is pinned until below.
         let r = unsafe { &*root };
+        // The sets of absent names hold their directories: let go first.
+        self.absent_purge(Some(sb));
         self.shrink_tree(r);
         assert!(r.children.is_empty(&self.rcu.read_lock()), "a dentry of an unmounted filesystem is in use");
         r.seq.invalidate();
@@ -449,6 +467,8 @@ impl Dcache {
         Self::alias_del(inode, r);
         self.counters.add_dentry(-1, false);
         r.children.retire(&self.rcu);
+        self.absent_drain(r);
+        r.absent.retire(&self.rcu);
         // SAFETY: the root owned this reference; the root is off every list
         // and only RCU readers can still see it.
         unsafe {
@@ -476,6 +496,9 @@ impl Drop for Dcache {
     /// without locks, then every inode.
     fn drop(&mut self) {
         self.umount_all();
+        // The sets' references first: a directory out of the tree that one
+        // still holds is found from no root below, and dies here.
+        self.absent_purge(None);
         for sb in std::mem::take(&mut *self.supers.lock()) {
             // SAFETY: teardown: we own every superblock left.
             let sb = unsafe { Box::from_raw(sb as *mut Super) };
@@ -483,12 +506,22 @@ impl Drop for Dcache {
             while let Some(x) = stack.pop() {
                 // SAFETY: teardown: we own every dentry in the tree.
                 let d = unsafe { Box::from_raw(x as *mut Dentry) };
+                let mut absent = Vec::new();
                 {
                     let g = self.rcu.read_lock();
                     d.children.for_each(&g, |c| stack.push(c as *const Dentry));
+                    d.absent.for_each_raw(&g, |n| absent.push(n));
                 }
-                // SAFETY: teardown: no reader is left.
-                unsafe { d.children.clear_now() };
+                self.counters.absent.add(-(absent.len() as i64));
+                // SAFETY: teardown: no reader is left; the set owns its
+                // names.
+                unsafe {
+                    d.children.clear_now();
+                    d.absent.clear_now();
+                    for n in absent {
+                        dentry::Name::free(n as *mut dentry::NameHead);
+                    }
+                }
                 let inode = d.inode.load(Ordering::Relaxed);
                 self.counters.add_dentry(-1, inode.is_null());
                 // SAFETY: the name is owned by the dentry.

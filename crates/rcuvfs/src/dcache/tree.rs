@@ -222,6 +222,11 @@ impl Dcache {
         );
         // SAFETY: just allocated; published by the insert.
         let dr = unsafe { &*d };
+        if !inode.is_null() {
+            // The name is present: no cached miss may say otherwise once
+            // this dentry goes (`absent`).
+            self.absent_forget(parent, name, hash);
+        }
         self.counters.add_dentry(1, inode.is_null());
         Self::alias_add(inode, dr);
         if !self.index_insert(&parent.children, hash, dr) {
@@ -498,6 +503,8 @@ impl Dcache {
                     continue; // dead: out of the tree already
                 }
                 self.unhash_locked(x, &l, gone && ptr::eq(x, top));
+                // Its cached misses may be stale too (`absent`).
+                self.absent_drain(x);
             }
             // Nothing is cached under it from now on: no miss is an answer.
             x.set_incomplete();
@@ -556,6 +563,12 @@ impl Dcache {
             // A dead directory has no children left (they held references);
             // RCU readers may still probe its tombstones.
             dr.children.retire(&self.rcu);
+            // Empty (a set holds its directory) but for a directory out of
+            // the tree, whose list has not let go yet (`absent`).
+            if dr.absent.has_table() {
+                self.absent_drain(dr);
+                dr.absent.retire(&self.rcu);
+            }
             let parent = dr.parent.load(Ordering::Relaxed);
             let name = dr.name.load(Ordering::Relaxed);
             #[cfg(loom)]
@@ -597,6 +610,10 @@ impl Dcache {
         let old_parent = d.parent();
         let cross = !ptr::eq(old_parent, parent);
         let new_hash = name_hash(parent, name);
+        // The name is (or is about to be) present: a rename's destination
+        // was looked up, which took its entry out already; a directory's
+        // alias moved into place was not (`absent`).
+        self.absent_forget(parent, name, new_hash);
         // Parent references first: a get may take a parent's d_lock, which
         // comes before its children's.
         if cross {

@@ -728,6 +728,14 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         self.current().map_or(0, |t| t.totals().0)
     }
 
+    /// Whether the index has a table at all (it never had an entry, or
+    /// was retired, if not): one load, of a pointer not followed, so no
+    /// read section is needed. For an owner whose index is usually unused.
+    #[inline(always)]
+    pub fn has_table(&self) -> bool {
+        !self.table.load(Ordering::Relaxed).is_null()
+    }
+
     pub fn is_empty(&self, guard: &RcuGuard<'_>) -> bool {
         self.len(guard) == 0
     }

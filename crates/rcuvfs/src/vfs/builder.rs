@@ -101,8 +101,11 @@ impl VfsBuilder {
         self
     }
 
-    /// The negative dentries (cached misses) the cache keeps at most:
-    /// a quarter of the dcache target by default.
+    /// The cached misses the cache keeps at most, negative dentries and
+    /// names in directories' sets of absent names together: a quarter of
+    /// the dcache target by default. Past it, the oldest directory's set
+    /// goes whole, then negative dentries by the LRU; the directories
+    /// holding a set are kept to an eighth of it (and 64).
     pub fn negative_dentries(mut self, n: usize) -> Self {
         self.negative_dentries = Some(n);
         self

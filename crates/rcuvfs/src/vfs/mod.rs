@@ -256,6 +256,7 @@ impl Vfs {
         Stats {
             dentries: c.dentries(),
             negative_dentries: c.negative_dentries(),
+            absent_names: c.absent_names(),
             inodes: c.inodes(),
             mounts: c.mounts(),
         }

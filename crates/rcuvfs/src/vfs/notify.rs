@@ -52,6 +52,7 @@ impl Notify for VfsNotify {
                 // of it: wait for it, then drop what it cached, which may
                 // predate the change (a miss read just before a create).
                 let _name = lock_name(dc, &dir, name);
+                dc.absent_forget(&dir, name, crate::dcache::name_hash(&*dir, name));
                 if let Some(d) = dc.d_lookup(&dir, name) {
                     dc.d_invalidate(&d);
                 }
@@ -68,6 +69,10 @@ impl Notify for VfsNotify {
                 // The change's own update holds the name lock until its
                 // result is cached: compare with that result.
                 let _name = lock_name(dc, &dir, name);
+                if ino.is_some() {
+                    // A cached miss, if any, is wrong now.
+                    dc.absent_forget(&dir, name, crate::dcache::name_hash(&*dir, name));
+                }
                 if let Some(d) = dc.d_lookup(&dir, name) {
                     if d.inode().map(|i| i.ino) != ino {
                         dc.d_invalidate(&d);

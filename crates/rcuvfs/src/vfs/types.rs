@@ -88,6 +88,10 @@ pub struct Stats {
     /// Dentries cached, negative ones included.
     pub dentries: i64,
     pub negative_dentries: i64,
+    /// Misses cached without a dentry: names a directory's set of absent
+    /// names holds (what a lookup's miss leaves outside complete
+    /// directories; an update's miss still makes a negative dentry).
+    pub absent_names: i64,
     /// In-core inodes (held by dentries or open files).
     pub inodes: i64,
     /// Mounts besides the root: attached, or detached and still in use.
