@@ -182,12 +182,16 @@ impl Dcache {
         else {
             return false;
         };
-        let removed = l.remove(p, hash);
+        // The pointer as inserted, from the slot: the one found above came
+        // from a shared reference, which may not free it.
+        let taken = l.take(p, hash);
         drop(l);
-        debug_assert!(removed, "found under its home lock");
+        let Some(taken) = taken else {
+            unreachable!("found under its home lock");
+        };
         self.counters.absent.add(-1);
         // SAFETY: out of the set; readers that found it are waited out.
-        unsafe { Name::retire(&self.rcu, p as *mut NameHead) };
+        unsafe { Name::retire(&self.rcu, taken) };
         true
     }
 
@@ -358,15 +362,16 @@ mod tests {
         }
         let slack = 64; // the shrinker's: a 64th of the target, at least 8
         let mut most = 0;
-        for i in 0..10_000 {
+        let misses = if cfg!(miri) { 400 } else { 10_000 };
+        for i in 0..misses {
             assert_eq!(errno(v.metadata(format!("/d{}/m{i}", i % 20))), libc::ENOENT);
             most = most.max(v.stats().absent_names);
         }
         assert!(most <= (bound + slack + 1) as i64, "{most} cached misses for a bound of {bound}");
         assert!(v.dc().absent_dirs.listed() <= 20);
-        // A thousand directories with a miss each: at most an eighth of the
-        // bound (and 64) stay listed, each holding its directory.
-        for d in 0..1000 {
+        // Many directories with a miss each: at most an eighth of the bound
+        // (and 64) stay listed, each holding its directory.
+        for d in 0..if cfg!(miri) { 120 } else { 1000 } {
             v.create_dir(format!("/e{d}")).unwrap();
             assert_eq!(errno(v.metadata(format!("/e{d}/m"))), libc::ENOENT);
         }
