@@ -38,9 +38,14 @@
 //! entry out runs under the set's home lock alone. So a directory with
 //! cached misses is never killed, as a negative dentry's reference kept its
 //! parent; the lists let the cache find every set: to hold their entries
-//! to the negative bound (the oldest directory's set goes first, whole), to
-//! empty them all for `drop_caches`, and to let go of a superblock's at its
-//! teardown.
+//! to the negative bound (a batch at a time from the oldest directory's
+//! set, which goes back to its list's tail while not empty), to empty them
+//! all for `drop_caches`, and to let go of a superblock's at its teardown
+//! (which waits for evictions under way, since one holds a directory off
+//! its list for a moment).
+//!
+//! A removal by the only holder of a file's dentry (`d_delete`) leaves the
+//! name here too, where a miss would be cached, and the dentry dies.
 //!
 //! Lock order: `d_lock`, then the set's home locks, then a list's lock
 //! (like an LRU shard's). Entries are freed through RCU.
@@ -50,7 +55,7 @@ use std::collections::VecDeque;
 use super::dentry::{Dentry, Name, NameHead, ABSENT_HELD, HASHED, ROOT};
 use super::Dcache;
 use crate::inode::Super;
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::index::{InsertError, Probe};
 use crate::sync::shard::{self, Padded, THREAD_SHARDS as SHARDS};
 use crate::sync::{Mutex, RcuGuard};
@@ -63,6 +68,13 @@ pub(super) struct AbsentDirs {
     /// Directories listed, over all shards. Plain std atomic: a hint for
     /// the bound, part of no protocol.
     listed: std::sync::atomic::AtomicUsize,
+    /// Evictions under way: directories taken off a list (counted under
+    /// its lock) and not yet let go or put back. A purge waits for them,
+    /// so that no directory it must let go is out of its sight.
+    busy: AtomicUsize,
+    /// Purges under way: no eviction starts meanwhile, so that `busy`
+    /// drains.
+    purging: AtomicUsize,
 }
 
 // SAFETY: the pointers are touched only under their shard's lock, and each
@@ -76,6 +88,8 @@ impl AbsentDirs {
         AbsentDirs {
             shards: (0..SHARDS).map(|_| Padded(Mutex::new(VecDeque::new()))).collect(),
             listed: Default::default(),
+            busy: AtomicUsize::new(0),
+            purging: AtomicUsize::new(0),
         }
     }
 
@@ -162,7 +176,7 @@ impl Dcache {
         // Directories listed count against the bound too: each holds a
         // dentry (and an emptied one would otherwise stay listed).
         if self.absent_dirs.listed() > self.negative_target / 8 + 64 {
-            self.absent_evict(1);
+            self.absent_evict_by(1, true);
         }
         self.shrink_to_target();
     }
@@ -198,6 +212,12 @@ impl Dcache {
     /// Empties `dir`'s set (whoever calls holds `dir`'s `d_lock`, or is
     /// its only user: its kill, a teardown). Returns how many entries went.
     pub(super) fn absent_drain(&self, dir: &Dentry) -> usize {
+        self.absent_drain_some(dir, usize::MAX)
+    }
+
+    /// Takes up to `limit` entries out of `dir`'s set, as
+    /// [`absent_drain`](Self::absent_drain).
+    fn absent_drain_some(&self, dir: &Dentry, limit: usize) -> usize {
         if !dir.absent.has_table() {
             return 0;
         }
@@ -206,7 +226,11 @@ impl Dcache {
             return 0;
         }
         let mut all = Vec::new();
-        dir.absent.for_each_raw(&g, |p| all.push(p));
+        dir.absent.for_each_raw(&g, |p| {
+            if all.len() < limit {
+                all.push(p)
+            }
+        });
         let mut n = 0;
         for p in all {
             // SAFETY: an entry is freed a grace period after its removal,
@@ -225,16 +249,37 @@ impl Dcache {
         n
     }
 
-    /// Lets go of the oldest listed directories' sets, whole, until `want`
-    /// entries went or no directory is listed. Returns the entries freed.
+    /// Takes `want` entries out of the oldest listed directories' sets (a
+    /// batch at a time: a directory whose set is not empty afterwards goes
+    /// back to its list's tail), or as many as there are. Returns the
+    /// entries freed. Nothing while a purge runs.
     pub(super) fn absent_evict(&self, want: usize) -> usize {
+        self.absent_evict_by(want, false)
+    }
+
+    /// [`absent_evict`](Self::absent_evict), each directory's set taken
+    /// whole if `whole` (to let go of directories: sets that emptied
+    /// meanwhile are let go on the way).
+    fn absent_evict_by(&self, want: usize, whole: bool) -> usize {
+        let dirs = &self.absent_dirs;
         let mut freed = 0;
         let first = shard::thread();
         for k in 0..SHARDS {
-            let s = &self.absent_dirs.shards[(first + k) % SHARDS].0;
+            let s = (first + k) % SHARDS;
             while freed < want {
-                let Some(d) = s.lock().pop_front() else { break };
-                freed += self.absent_release(d);
+                if dirs.purging.load(Ordering::SeqCst) != 0 {
+                    return freed;
+                }
+                let d = {
+                    let mut l = dirs.shards[s].0.lock();
+                    let Some(d) = l.pop_front() else { break };
+                    // Under the list's lock: a purge that finds the list
+                    // without `d` sees it counted here.
+                    dirs.busy.fetch_add(1, Ordering::SeqCst);
+                    d
+                };
+                freed += self.absent_release(d, if whole { usize::MAX } else { want - freed }, s);
+                dirs.busy.fetch_sub(1, Ordering::SeqCst);
             }
             if freed >= want {
                 break;
@@ -245,42 +290,83 @@ impl Dcache {
 
     /// Lets go of every listed set (`drop_caches`), or of those of
     /// superblock `sb` (its teardown, which needs its dentries unused).
+    /// Waits for evictions under way, which may put a directory back.
     pub(super) fn absent_purge(&self, sb: Option<*const Super>) {
-        for s in self.absent_dirs.shards.iter() {
-            let mine: Vec<*const Dentry> = {
-                let mut l = s.0.lock();
-                match sb {
-                    None => l.drain(..).collect(),
-                    Some(sb) => {
-                        let (mine, rest): (Vec<_>, Vec<_>) = l.drain(..).partition(|&d| {
-                            // SAFETY: listed, so referenced.
-                            std::ptr::eq(unsafe { &*d }.sb.load(Ordering::Relaxed), sb)
-                        });
-                        *l = rest.into();
-                        mine
+        let dirs = &self.absent_dirs;
+        dirs.purging.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let mut found = false;
+            for (k, s) in dirs.shards.iter().enumerate() {
+                let mine: Vec<*const Dentry> = {
+                    let mut l = s.0.lock();
+                    match sb {
+                        None => l.drain(..).collect(),
+                        Some(sb) => {
+                            let (mine, rest): (Vec<_>, Vec<_>) = l.drain(..).partition(|&d| {
+                                // SAFETY: listed, so referenced.
+                                std::ptr::eq(unsafe { &*d }.sb.load(Ordering::Relaxed), sb)
+                            });
+                            *l = rest.into();
+                            mine
+                        }
                     }
+                };
+                for d in mine {
+                    found = true;
+                    self.absent_release(d, usize::MAX, k);
                 }
-            };
-            for d in mine {
-                self.absent_release(d);
             }
+            if !found && dirs.busy.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            crate::sync::atomic::spin_hint();
         }
+        dirs.purging.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Empties the set of `d`, just taken off its list, and drops the
-    /// reference the list held. Returns the entries freed.
-    fn absent_release(&self, d: *const Dentry) -> usize {
-        self.absent_dirs.listed.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    /// Lets go of the cached misses of superblock `sb` (whose filesystem
+    /// now asks that its entries be revalidated, which a set's are not).
+    pub(crate) fn forget_absent_of(&self, sb: &Super) {
+        self.absent_purge(Some(sb));
+    }
+
+    /// Takes up to `limit` entries out of the set of `d`, just taken off
+    /// list `shard`. An emptied set lets go of its reference (the list's,
+    /// now ours); one not empty yet goes back to the list's tail with it.
+    /// Returns the entries freed.
+    fn absent_release(&self, d: *const Dentry, limit: usize, shard: usize) -> usize {
         // SAFETY: the list's pointer held a counted reference, now ours.
         let d = unsafe { &*d };
-        let n = {
+        let (n, done) = {
             let _g = d.lockref().lock();
-            // Cleared first: a miss cached from the moment we let go lists
-            // the directory again.
-            d.flags.fetch_and(!ABSENT_HELD, Ordering::Relaxed);
-            self.absent_drain(d)
+            let mut n = self.absent_drain_some(d, limit);
+            // Under d_lock no entry comes (inserts take it); one may go.
+            let mut done = d.absent.is_empty(&self.rcu.read_lock());
+            if !done {
+                let mut l = self.absent_dirs.shards[shard].0.lock();
+                // Back to the tail, unless a purge began: its scan of this
+                // list may have passed (it comes after its count, and our
+                // push after that scan under this lock), so it would miss
+                // `d`. Emptied whole then (helper-25's review).
+                if self.absent_dirs.purging.load(Ordering::SeqCst) == 0 {
+                    l.push_back(d);
+                } else {
+                    drop(l);
+                    n += self.absent_drain(d);
+                    done = true;
+                }
+            }
+            if done {
+                // Cleared before we let go: a miss cached from then on
+                // lists the directory again.
+                d.flags.fetch_and(!ABSENT_HELD, Ordering::Relaxed);
+            }
+            (n, done)
         };
-        self.dput(d);
+        if done {
+            self.absent_dirs.listed.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.dput(d);
+        }
         n
     }
 }

@@ -419,19 +419,31 @@ impl Dcache {
     /// ([`kills_removed`](Self::kills_removed)), the only holder's `d` is
     /// unhashed instead of turned negative: it stays positive, holding its
     /// inode and its place on the inode's alias list, until the caller's
-    /// last reference kills it.
+    /// last reference kills it. Where the parent caches misses in its set
+    /// of absent names (`absent`), the only holder's file is unhashed too,
+    /// and its name goes into the set: a removed file leaves 16 bytes, not
+    /// a dentry.
     pub fn d_delete(&self, d: &Dentry) {
         let g = d.lockref().lock();
         // The caller's reference the only one: no child either (children
         // hold references).
         let sole = g.count() == 1 && !d.is_root();
-        let kill = sole && self.kills_removed(d);
-        if kill && d.inode().is_some_and(|i| i.kind != crate::fs::FileType::Dir) {
+        let file = d.inode().is_some_and(|i| i.kind != crate::fs::FileType::Dir);
+        // Where a lookup's miss would be cached in the parent's set of
+        // absent names, so is this one (16 bytes, not a dentry kept).
+        let to_set = sole && file && self.caches_absent(d.parent());
+        let kill = sole && (to_set || self.kills_removed(d));
+        if kill && file {
             // A file: out of the index under the lock we hold (the name is
             // gone, so its parent stays complete); the caller's last
             // reference kills it. A directory to kill takes the last branch,
             // `unhash_tree`, which also closes its index.
             self.unhash_locked(d, &g, true);
+            drop(g);
+            if to_set {
+                let n = d.name();
+                self.absent_add(d.parent(), &n.bytes, n.hash);
+            }
         } else if sole && !kill {
             let inode = self.lru_flip_locked(d, &g, || {
                 d.seq.write_begin();
@@ -563,8 +575,8 @@ impl Dcache {
             // A dead directory has no children left (they held references);
             // RCU readers may still probe its tombstones.
             dr.children.retire(&self.rcu);
-            // Empty (a set holds its directory) but for a directory out of
-            // the tree, whose list has not let go yet (`absent`).
+            // Empty: a set that is not holds its directory, which then is
+            // not dead (`absent`); its table may be left.
             if dr.absent.has_table() {
                 self.absent_drain(dr);
                 dr.absent.retire(&self.rcu);

@@ -103,9 +103,10 @@ impl VfsBuilder {
 
     /// The cached misses the cache keeps at most, negative dentries and
     /// names in directories' sets of absent names together: a quarter of
-    /// the dcache target by default. Past it, the oldest directory's set
-    /// goes whole, then negative dentries by the LRU; the directories
-    /// holding a set are kept to an eighth of it (and 64).
+    /// the dcache target by default. Past it, names from the oldest
+    /// directory's set go first, a batch at a time, then negative dentries
+    /// by the LRU; the directories holding a set are kept to an eighth of
+    /// it (and 64).
     pub fn negative_dentries(mut self, n: usize) -> Self {
         self.negative_dentries = Some(n);
         self

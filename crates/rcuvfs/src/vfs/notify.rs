@@ -124,6 +124,13 @@ impl Notify for VfsNotify {
     }
 
     fn set_revalidate(&self, on: bool) {
-        self.with(|_, sb| sb.revalidates.store(on, std::sync::atomic::Ordering::Relaxed));
+        self.with(|dc, sb| {
+            sb.revalidates.store(on, std::sync::atomic::Ordering::Relaxed);
+            if on {
+                // Misses cached in sets are not revalidated (`absent`): the
+                // ones cached before are let go, and no more are made.
+                dc.forget_absent_of(sb);
+            }
+        });
     }
 }
