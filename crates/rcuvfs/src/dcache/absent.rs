@@ -98,13 +98,19 @@ impl AbsentDirs {
     }
 }
 
-/// Whether `n` is the name `name` (whose hash is `hash`).
+/// A probe of a set for `name` (whose hash is `hash`): stops at its entry.
 #[inline]
-fn is(n: &NameHead, name: &[u8], hash: u64) -> bool {
-    // SAFETY: a set's entries are names made by `Name::alloc`, live while
-    // the caller can reach them (RCU, or the home lock).
-    let n = unsafe { Name::from_thin(n) };
-    n.hash == hash && crate::hash::same_name(&n.bytes, name)
+fn entry_of<'n>(name: &'n [u8], hash: u64) -> impl Fn(&NameHead) -> Probe<*const NameHead> + 'n {
+    move |x| {
+        // SAFETY: a set's entries are names made by `Name::alloc`, live
+        // while the prober can reach them (RCU, or the home lock).
+        let n = unsafe { Name::from_thin(x) };
+        if n.hash == hash && crate::hash::same_name(&n.bytes, name) {
+            Probe::Stop(x as *const NameHead)
+        } else {
+            Probe::Skip
+        }
+    }
 }
 
 impl Dcache {
@@ -114,7 +120,7 @@ impl Dcache {
     /// present for the whole probe is found.
     #[inline]
     pub(crate) fn absent_known(&self, guard: &RcuGuard<'_>, dir: &Dentry, name: &[u8], hash: u64) -> bool {
-        dir.absent.find(guard, hash, |n| if is(n, name, hash) { Probe::Stop(()) } else { Probe::Skip }).is_some()
+        dir.absent.find(guard, hash, entry_of(name, hash)).is_some()
     }
 
     /// Whether a miss in `dir` may be cached in its set: not in a complete
@@ -140,8 +146,7 @@ impl Dcache {
         if dir.flags.load(Ordering::Relaxed) & (HASHED | ROOT) != 0 {
             loop {
                 let mut l = dir.absent.lock(hash, &self.rcu);
-                // SAFETY: entries are live under their home lock.
-                if l.find(hash, |x| if is(x, name, hash) { Probe::Stop(()) } else { Probe::Skip }).is_some() {
+                if l.find(hash, entry_of(name, hash)).is_some() {
                     break; // cached already (a REF lookup that did not look)
                 }
                 match l.insert(n, hash) {
@@ -192,8 +197,7 @@ impl Dcache {
             return false;
         }
         let mut l = dir.absent.lock(hash, &self.rcu);
-        let Some(p) = l.find(hash, |x| if is(x, name, hash) { Probe::Stop(x as *const NameHead) } else { Probe::Skip })
-        else {
+        let Some(p) = l.find(hash, entry_of(name, hash)) else {
             return false;
         };
         // The pointer as inserted, from the slot: the one found above came
@@ -294,6 +298,7 @@ impl Dcache {
     pub(super) fn absent_purge(&self, sb: Option<*const Super>) {
         let dirs = &self.absent_dirs;
         dirs.purging.fetch_add(1, Ordering::SeqCst);
+        let mut spins = 0;
         loop {
             let mut found = false;
             for (k, s) in dirs.shards.iter().enumerate() {
@@ -319,7 +324,9 @@ impl Dcache {
             if !found && dirs.busy.load(Ordering::SeqCst) == 0 {
                 break;
             }
-            crate::sync::atomic::spin_hint();
+            // An eviction ends within a few of its own steps, unless its
+            // thread was preempted: then give it the CPU.
+            crate::sync::index::spin_then_yield(&mut spins);
         }
         dirs.purging.fetch_sub(1, Ordering::SeqCst);
     }

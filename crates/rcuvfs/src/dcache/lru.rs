@@ -286,8 +286,8 @@ impl Dcache {
         let slack = (target / 64).max(8) as i64;
         let batch = |over: i64| over.min(2 * slack) as usize;
         if neg > negative_target as i64 + slack {
-            // Cached misses: sets of absent names first (the oldest
-            // directory's, whole), then negative dentries.
+            // Cached misses: sets of absent names first (a batch from the
+            // oldest directory's), then negative dentries.
             let want = batch(neg - negative_target as i64);
             let freed = self.absent_evict(want);
             if freed < want {

@@ -1172,7 +1172,7 @@ fn wait_closing(counts: &AtomicU64) {
 /// One step of a wait on a state another thread leaves within a few of its
 /// own steps: spin a while, then yield the CPU (its owner may have been
 /// preempted), never park.
-fn spin_then_yield(spins: &mut u32) {
+pub(crate) fn spin_then_yield(spins: &mut u32) {
     if *spins < SPIN_LIMIT {
         *spins += 1;
         spin_hint();
