@@ -28,6 +28,9 @@ ROUNDS = 8  # examples/one_op.rs's ROUNDS
 ATOMIC = re.compile(r"\block\b|\bxchg\b.*\(|\bmfence\b")
 # Functions listed per operation (COUNT_OPS_TOP in the environment).
 TOP = int(os.environ.get("COUNT_OPS_TOP", "25"))
+# With COUNT_OPS_SITES=k, also where each atomic is: its innermost k
+# functions (the atomic's own and its callers'), in the median round.
+SITES = int(os.environ.get("COUNT_OPS_SITES", "0"))
 
 
 def short(name):
@@ -48,9 +51,10 @@ def one():
     while in_mark():
         gdb.execute("finish", to_string=True)  # back in main, after the mark
     incl, atoms, n = collections.Counter(), collections.Counter(), 0
+    sites = collections.Counter()
     while True:
         if in_mark():
-            return n, incl, atoms
+            return n, incl, atoms, sites
         frame = gdb.selected_frame()
         name = frame.name() or "?"
         # The vDSO's clock read loops on a sequence count that moves while
@@ -60,15 +64,18 @@ def one():
             continue
         insn = gdb.execute("x/i $pc", to_string=True)
         n += 1
-        names = set()
+        names, chain = set(), []
         f = frame
         while f is not None:
             fn = f.name() or "?"
             if fn.endswith("one_op::main"):
                 break
             names.add(short(fn))
+            chain.append(short(fn))
             f = f.older()
         is_atomic = bool(ATOMIC.search(insn))
+        if is_atomic and SITES:
+            sites[" < ".join(chain[:SITES])] += 1
         for s in names:
             incl[s] += 1
             if is_atomic:
@@ -95,11 +102,15 @@ for r in range(ROUNDS):
         runs[op].append(one())
 for op in OPS:
     counts = sorted(runs[op], key=lambda r: r[0])
-    n, incl, atoms = counts[len(counts) // 2]  # the median round's
+    n, incl, atoms, sites = counts[len(counts) // 2]  # the median round's
     each = ", ".join(f"{r[0]}/{r[2]['(all)']}" for r in runs[op])
     print(f"== {op}: median {n} instructions, {atoms['(all)']} atomic RMWs and fences")
     print(f"   each round (instructions/atomics): {each}")
     print("   instructions  atomics  function (inclusive), in the median round")
     for name, c in incl.most_common(TOP):
         print(f"   {c:12d}  {atoms[name]:7d}  {name}")
+    if SITES:
+        print("   atomics  where (innermost first)")
+        for site, c in sites.most_common():
+            print(f"   {c:7d}  {site}")
 gdb.execute("kill")
