@@ -881,8 +881,7 @@ impl Dcache {
         let sb = dir.dir_sb();
         let absent = |known: bool| {
             // A negative dentry where one is wanted, or where the set may
-            // not cache the miss (a filesystem whose entries are
-            // revalidated asks about a negative dentry instead).
+            // not cache the miss (a complete directory: see `absent`).
             if dentry || (!known && !self.caches_absent(dir)) {
                 Spliced::Done(self.d_add_h(dir, name, hash, std::ptr::null()))
             } else {
@@ -892,11 +891,23 @@ impl Dcache {
                 Spliced::Absent
             }
         };
-        let known = if dentry {
+        let mut known = if dentry {
             self.absent_forget(dir, name, hash)
         } else {
             self.absent_known(&self.rcu.read_lock(), dir, name, hash)
         };
+        // Over a filesystem whose entries are revalidated, a cached miss is
+        // asked about as a negative dentry is (inode 0); one it no longer
+        // confirms is taken out (under our name lock), and the name looked up.
+        if known
+            && sb.revalidates.load(std::sync::atomic::Ordering::Relaxed)
+            && !sb.fs.revalidate(dir_inode.ino, name, 0)?
+        {
+            if !dentry {
+                self.absent_forget(dir, name, hash);
+            }
+            known = false;
+        }
         if known || self.certainly_absent_h(&self.rcu.read_lock(), dir, hash) {
             // Cached as absent, or every name the directory has is cached
             // and this one is not (nothing to add to the set then).
@@ -930,7 +941,10 @@ impl Dcache {
             if let Some(d) = self.lookup_cached_h(dir, name, hash)? {
                 return positive(d);
             }
-            if self.absent_known(&self.rcu.read_lock(), dir, name, hash) {
+            // (Where entries are revalidated, the name lock's lookup asks.)
+            if !dir.dir_sb().revalidates.load(std::sync::atomic::Ordering::Relaxed)
+                && self.absent_known(&self.rcu.read_lock(), dir, name, hash)
+            {
                 return fail(ENOENT);
             }
             // As `lookup_ref`: parallel lookups of one missing name make one

@@ -132,15 +132,15 @@ fn nothing_escapes_the_root() {
 
 /// The outside-change checks, for a Vfs over `h` in either mode.
 fn sees_outside_changes(h: &HostDir, opts: PassthroughOptions) {
-    let watch = opts.watch;
     let (v, _) = serve(&h.0, opts);
-    // A cached miss gives way when the name appears: with watches, a name
-    // in the root's set of absent names, which the watch's report takes
-    // out; with the TTL alone, a negative dentry, revalidated.
+    // A cached miss gives way when the name appears. It is a name in the
+    // root's set of absent names, not a negative dentry, in both modes:
+    // with watches, the watch's report takes it out; with the TTL alone,
+    // it is asked about at each lookup (as a negative dentry would be).
     assert_eq!(errno(&v.metadata("/new")), libc::ENOENT);
     assert_eq!(errno(&v.metadata("/new")), libc::ENOENT);
     let s = v.stats();
-    assert_eq!((s.absent_names, s.negative_dentries), if watch { (1, 0) } else { (0, 1) });
+    assert_eq!((s.absent_names, s.negative_dentries), (1, 0));
     std::fs::write(h.path("new"), b"12345").unwrap();
     eventually("a created file", || v.metadata("/new").is_ok_and(|m| m.len() == 5));
     // Data and size.
@@ -179,6 +179,42 @@ fn outside_changes_show_up_with_watches() {
 fn outside_changes_show_up_with_the_ttl_alone() {
     let h = HostDir::new("ttl");
     sees_outside_changes(&h, ttl_only());
+}
+
+/// Without watches, a cached miss is asked about before an update trusts
+/// it, as a negative dentry was: a name made on the host after the miss is
+/// opened by an `O_CREAT` open without `O_EXCL` (not made again: the host's
+/// bytes stay), a hard link onto it fails EEXIST, and a rename onto it
+/// replaces it; a removal leaves its name in the set, and the name made
+/// again on the host is found. Fails (EEXIST from the open) when the
+/// update's lookup trusts the cached miss.
+#[test]
+fn without_watches_an_update_asks_about_a_cached_miss() {
+    let h = HostDir::new("ttl-update");
+    let (v, _) = serve(&h.0, ttl_only());
+    v.write("/src", b"src").unwrap();
+    for name in ["/late", "/link", "/over"] {
+        assert_eq!(errno(&v.metadata(name)), libc::ENOENT);
+        std::fs::write(h.path(&name[1..]), b"host").unwrap();
+    }
+    assert_eq!(v.stats().absent_names, 3);
+    let mut f = v.open("/late", OpenOptions::new().write(true).create(true)).unwrap();
+    std::io::Write::write_all(&mut f, b"H").unwrap();
+    drop(f);
+    assert_eq!(std::fs::read(h.path("late")).unwrap(), b"Host");
+    assert_eq!(errno(&v.hard_link("/src", "/link")), libc::EEXIST);
+    assert_eq!(std::fs::read(h.path("link")).unwrap(), b"host");
+    v.rename("/src", "/over").unwrap();
+    assert_eq!(std::fs::read(h.path("over")).unwrap(), b"src");
+    assert_eq!(v.read("/over").unwrap(), b"src");
+    assert_eq!(v.stats().absent_names, 0, "each update took its name's entry out");
+    // A removal leaves the name in the set, not a negative dentry, and a
+    // name made again on the host is found.
+    v.remove_file("/over").unwrap();
+    let s = v.stats();
+    assert_eq!((s.absent_names, s.negative_dentries), (1, 0));
+    std::fs::write(h.path("over"), b"again").unwrap();
+    assert_eq!(v.read("/over").unwrap(), b"again");
 }
 
 /// A walk that climbs with ".." out of a mount that needs no revalidation

@@ -12,8 +12,13 @@
 //! ([`absent_add`](Dcache::absent_add)), and only where no miss is
 //! answered otherwise: not in a `COMPLETE` directory (whose updates may
 //! skip the lookup below; the flag is never set again once cleared), not
-//! over a filesystem whose entries are revalidated (a negative dentry
-//! carries the question there), not under a directory out of the tree.
+//! under a directory out of the tree. Over a filesystem whose entries are
+//! revalidated (a host directory without watches), an entry is asked about
+//! before it is trusted, as a negative dentry is
+//! ([`FileSystem::revalidate`](crate::fs::FileSystem::revalidate) with
+//! inode 0), by the REF lookup that finds it (the RCU walk does not go
+//! there), holding the name lock: one the filesystem no longer confirms is
+//! taken out and the name looked up.
 //!
 //! Every change that may make the name present takes its name lock and
 //! looks it up first (`lookup_fs` with a dentry wanted: a create, mkdir,
@@ -125,10 +130,9 @@ impl Dcache {
 
     /// Whether a miss in `dir` may be cached in its set: not in a complete
     /// directory (which answers misses itself, and whose updates may skip
-    /// the lookup that takes an entry out), not over a filesystem whose
-    /// entries are revalidated.
+    /// the lookup that takes an entry out).
     pub(crate) fn caches_absent(&self, dir: &Dentry) -> bool {
-        !dir.is_complete() && !dir.dir_sb().revalidates.load(std::sync::atomic::Ordering::Relaxed)
+        !dir.is_complete()
     }
 
     /// Records that the filesystem just said `name` (hash `hash`) is absent
@@ -329,12 +333,6 @@ impl Dcache {
             crate::sync::index::spin_then_yield(&mut spins);
         }
         dirs.purging.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// Lets go of the cached misses of superblock `sb` (whose filesystem
-    /// now asks that its entries be revalidated, which a set's are not).
-    pub(crate) fn forget_absent_of(&self, sb: &Super) {
-        self.absent_purge(Some(sb));
     }
 
     /// Takes up to `limit` entries out of the set of `d`, just taken off

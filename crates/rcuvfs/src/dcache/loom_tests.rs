@@ -753,10 +753,10 @@ fn loom_dput_vs_lru_shrinker() {
 fn flip_vs_shrinker(flip: fn(&Dcache), negatives_only: bool) {
     model(move || {
         let dc = cache();
-        // A filesystem whose entries are revalidated: the only holder's
-        // unlink leaves a negative dentry there (elsewhere outside a
-        // complete directory its name goes to the set of absent names).
-        dc.root_sb().revalidates.store(true, std::sync::atomic::Ordering::Relaxed);
+        // A complete root (every name it has, x, is cached): the only
+        // holder's unlink leaves a negative dentry there, below the bound
+        // (elsewhere its name goes to the root's set of absent names).
+        dc.root().flags.fetch_or(super::dentry::COMPLETE, std::sync::atomic::Ordering::Relaxed);
         add(&dc, b"x", 20);
         drop(dc.d_add(dc.root(), b"n", std::ptr::null()));
         let flipper = {

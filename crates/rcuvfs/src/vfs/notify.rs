@@ -124,13 +124,8 @@ impl Notify for VfsNotify {
     }
 
     fn set_revalidate(&self, on: bool) {
-        self.with(|dc, sb| {
-            sb.revalidates.store(on, std::sync::atomic::Ordering::Relaxed);
-            if on {
-                // Misses cached in sets are not revalidated (`absent`): the
-                // ones cached before are let go, and no more are made.
-                dc.forget_absent_of(sb);
-            }
-        });
+        // Misses cached in sets are revalidated from then on too, as
+        // negative dentries are (`absent`): nothing to let go of.
+        self.with(|_, sb| sb.revalidates.store(on, std::sync::atomic::Ordering::Relaxed));
     }
 }
