@@ -16,6 +16,11 @@
 //! system allocator).
 //!
 //! `cargo run --release -p rcuvfs --example negative -- 200000`
+//!
+//! With a bound and a number of directories after N (`negative -- 2000000
+//! 262144 1`), the misses run past that bound on cached misses (the
+//! dcache target twice it), so that evictions are part of what a
+//! miss costs.
 
 use std::time::Instant;
 
@@ -30,21 +35,24 @@ fn rss() -> u64 {
 }
 
 fn main() -> std::io::Result<()> {
-    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
+    let arg = |k: usize| std::env::args().nth(k).and_then(|a| a.parse::<usize>().ok());
+    let n = arg(1).unwrap_or(200_000);
+    // Room for every negative dentry unless a bound is given: none is
+    // shrunk while counted.
+    let bound = arg(2).unwrap_or(2 * n + 4096);
+    let dirs = arg(3).unwrap_or(1000).max(1);
     for complete in [true, false] {
-        run(n, complete)?;
+        run(n, bound, dirs, complete)?;
     }
     Ok(())
 }
 
-fn run(n: usize, complete: bool) -> std::io::Result<()> {
-    // Room for every negative dentry: none is shrunk while counted.
-    let v =
-        Vfs::builder().dcache_target(4 * n + 4096).negative_dentries(2 * n + 4096).complete_dirs(complete).build()?;
-    for d in 0..1000 {
+fn run(n: usize, bound: usize, dirs: usize, complete: bool) -> std::io::Result<()> {
+    let v = Vfs::builder().dcache_target(2 * bound).negative_dentries(bound).complete_dirs(complete).build()?;
+    for d in 0..dirs {
         v.create_dir(format!("/d{d}"))?;
     }
-    let names: Vec<String> = (0..n).map(|i| format!("/d{}/m{i}", i % 1000)).collect();
+    let names: Vec<String> = (0..n).map(|i| format!("/d{}/m{i}", i % dirs)).collect();
     let before = rss();
     let t = Instant::now();
     for p in &names {

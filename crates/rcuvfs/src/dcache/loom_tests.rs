@@ -1175,6 +1175,15 @@ fn loom_cached_miss_vs_create() {
     });
 }
 
+/// A thread that evicts one cached miss (`absent_evict`), for the models
+/// below to race.
+fn evict_one(dc: &Arc<Dcache>) -> thread::JoinHandle<()> {
+    let dc = dc.clone();
+    thread::spawn(move || {
+        dc.absent_evict(1);
+    })
+}
+
 /// The oldest set let go (`absent_evict`: the flag cleared, the set
 /// emptied, the list's reference dropped) racing a miss cached in the same
 /// directory, which lists it again if it finds the flag clear: at the
@@ -1194,12 +1203,7 @@ fn loom_absent_eviction_vs_cached_miss() {
         let root = dc.root();
         let base = root.lockref().count_hint();
         assert!(dc.lookup_positive(root, b"a").is_err());
-        let evictor = {
-            let dc = dc.clone();
-            thread::spawn(move || {
-                dc.absent_evict(1);
-            })
-        };
+        let evictor = evict_one(&dc);
         thread::yield_now();
         assert!(dc.lookup_positive(root, b"b").is_err());
         evictor.join().unwrap();
@@ -1232,12 +1236,7 @@ fn loom_absent_purge_vs_partial_eviction() {
         let base = root.lockref().count_hint();
         assert!(dc.lookup_positive(root, b"a").is_err());
         assert!(dc.lookup_positive(root, b"b").is_err());
-        let evictor = {
-            let dc = dc.clone();
-            thread::spawn(move || {
-                dc.absent_evict(1);
-            })
-        };
+        let evictor = evict_one(&dc);
         thread::yield_now();
         dc.absent_purge(Some(dc.root_sb()));
         assert_eq!(dc.absent_dirs.listed(), 0, "a directory listed after the purge");
