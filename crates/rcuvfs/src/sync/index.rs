@@ -629,6 +629,116 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         }
     }
 
+    /// Calls `f` on `limit` entries (all there are, if fewer), as
+    /// inserted, for an owner that removes them (an eviction's batch): the
+    /// tails of the longest clusters (runs of full slots between empty
+    /// ones) in a window of the table, each cut to the longest length that
+    /// frees `limit` entries (water-filling). The window: the whole clusters
+    /// after the home of `from` that hold `WINDOW` times `limit` entries,
+    /// or the whole table if it holds fewer. All entries if `limit` is the
+    /// live count or more. Returns the key to begin at next, the home
+    /// after the window, so that batches pass over the table in turn.
+    ///
+    /// Why: the slots keep hash order, so a batch of neighbours (the
+    /// table's first entries, always, as this index's first eviction took)
+    /// takes one part of the hash space, and the inserts that follow,
+    /// spread over all of it, leave the other parts ever denser: a run of
+    /// full slots that every probe there walks (a set of absent names:
+    /// thousands of slots, 25 us a miss). Cutting the longest runs keeps
+    /// every part as short as random keys leave it. Tails, because a
+    /// remove empties its slot once the slot after is empty, then the
+    /// tombstones before it (see "Vacating a slot"): a tail removed in
+    /// slot order leaves no tombstone, where entries taken from the middle
+    /// of runs leave tombstones, which probes walk until the next rehash.
+    /// A window of sixteen batches, because a window is cut again only
+    /// once the hand comes round: a quarter of each cut at once let runs
+    /// regrow between passes (the measurements are in
+    /// `eviction_past_the_bound_keeps_a_sets_probes_short`).
+    pub fn for_each_trimmed_raw(
+        &self,
+        guard: &RcuGuard<'_>,
+        from: u64,
+        limit: usize,
+        mut f: impl FnMut(*const T),
+    ) -> u64 {
+        /// A window holds this many batches' entries.
+        const WINDOW: usize = 16;
+        let Some(t) = self.current() else { return from };
+        if limit >= t.totals().0 {
+            self.for_each_raw(guard, f);
+            return from;
+        }
+        let slots = t.slots();
+        let n = slots.len();
+        // The window: whole clusters, from the end of the one `from`'s
+        // home is in, wrapping once past the table's end (not a cluster's
+        // continuation: the table does not wrap).
+        let mut i = t.home(from);
+        while i < n && slots[i].load(Ordering::Relaxed) & PTR != EMPTY {
+            i += 1;
+        }
+        let first = i;
+        let (mut entries, mut sizes, mut m, mut wrapped) = (Vec::new(), Vec::<usize>::new(), 0, false);
+        loop {
+            let end = i == n || wrapped && i >= first;
+            let e = if end { EMPTY } else { slots[i].load(Ordering::Acquire) & PTR };
+            if e == EMPTY {
+                if m > 0 {
+                    sizes.push(m);
+                    m = 0;
+                }
+                if entries.len() >= WINDOW * limit || wrapped && i >= first {
+                    break;
+                }
+                if i == n {
+                    i = 0;
+                    wrapped = true;
+                    continue;
+                }
+            } else if is_entry(e) {
+                entries.push(e as *const T);
+                m += 1;
+            }
+            i += 1;
+        }
+        // The longest cut that frees `limit`: the largest `c` whose excess
+        // (entries past `c` in each cluster) is `limit` or more. The
+        // excess at 0 is every entry; at the longest cluster, none.
+        let excess = |c: usize| sizes.iter().map(|&m| m.saturating_sub(c)).sum::<usize>();
+        let (mut lo, mut hi) = (0, sizes.iter().copied().max().unwrap_or(0));
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if excess(mid) >= limit {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        // Cut to `lo + 1`, and to `lo` as many as the batch still wants
+        // (a cut to `lo` everywhere may free hundreds more than `limit`,
+        // one per cluster longer than `lo`).
+        let mut extra = limit.saturating_sub(excess(lo + 1));
+        let mut at = 0;
+        for m in sizes {
+            if m > lo {
+                let keep = if extra > 0 {
+                    extra -= 1;
+                    lo
+                } else {
+                    lo + 1
+                };
+                entries[at + keep.min(m)..at + m].iter().for_each(|&p| f(p));
+            }
+            at += m;
+        }
+        // The overflow tail holds no home: on from the first.
+        if i >= t.capacity() {
+            0
+        } else {
+            (i as u64) << (64 - t.header().bits)
+        }
+    }
+
     /// Appends to `out` the entries whose key is above `after`, in
     /// increasing key order: at least `max` of them if there are that many
     /// (more when a cluster or a run of equal keys ends later). Returns
@@ -711,6 +821,35 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             tag::<T>(hash) >> TAG_SHIFT,
             view.join(" ")
         )
+    }
+
+    /// The current table's shape, read slot by slot (a snapshot of no
+    /// instant while writers run): for tests and reports of how far its
+    /// probes go.
+    pub fn shape(&self, _guard: &RcuGuard<'_>) -> Shape {
+        let Some(t) = self.current() else { return Shape::default() };
+        let mut s = Shape { slots: t.slots().len(), ..Shape::default() };
+        let mut run = 0;
+        let mut probes = 0;
+        for slot in t.slots().iter().rev() {
+            let e = slot.load(Ordering::Acquire) & PTR;
+            if e == EMPTY {
+                run = 0;
+            } else {
+                run += 1;
+                if is_entry(e) {
+                    s.live += 1;
+                } else {
+                    s.tombstones += 1;
+                }
+            }
+            s.longest_run = s.longest_run.max(run);
+            // A miss whose home is `i` reads `run` full slots and the empty
+            // one after them.
+            probes += run + 1;
+        }
+        s.mean_miss_probe = probes as f64 / s.slots.max(1) as f64;
+        s
     }
 
     /// Makes the current table count per thread shard at once, as it does
@@ -1330,6 +1469,20 @@ fn bits_for(n: usize) -> u32 {
     b
 }
 
+/// How an index's table is filled ([`Index::shape`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Shape {
+    /// Slots, the overflow tail included.
+    pub slots: usize,
+    pub live: usize,
+    /// Tombstones (vacating ones too).
+    pub tombstones: usize,
+    /// The longest run of non-empty slots: the farthest a probe goes.
+    pub longest_run: usize,
+    /// Slots a miss reads, on average over the homes.
+    pub mean_miss_probe: f64,
+}
+
 /// Frees `t` after a grace period.
 ///
 /// # Safety
@@ -1819,11 +1972,57 @@ mod tests {
 
     fn remove<const S: bool>(ix: &Index<E, S>, rcu: &Rcu, p: *const E) -> bool {
         // SAFETY: as above.
-        // SAFETY: as above.
         let hash = unsafe { (*p).hash };
         let removed = ix.lock(hash, rcu).remove(p, hash);
         ix.shrink_if_sparse(rcu);
         removed
+    }
+
+    /// An eviction's batch (`for_each_trimmed_raw`) is `limit` entries,
+    /// cut from the tails of the longest runs: removed in slot order they
+    /// leave no tombstone, the longest run only shortens, the batches go
+    /// round the table, and every entry not taken is still found. Fails
+    /// with the cut to `lo` everywhere (a batch of hundreds over its
+    /// `limit`), or with entries taken from the middle of runs.
+    #[test]
+    fn a_trimmed_batch_cuts_the_longest_runs_and_leaves_no_tombstone() {
+        let rcu = Rcu::new();
+        let ix = Index::<E>::new();
+        let (n, batches, limit) = if cfg!(miri) { (300, 6, 7) } else { (5000, 40, 37) };
+        let es: Vec<_> = (0..n).map(entry).collect();
+        for &p in &es {
+            insert(&ix, &rcu, p);
+        }
+        let mut gone = std::collections::HashSet::new();
+        let (mut from, mut wrapped) = (0, false);
+        for _ in 0..batches {
+            let mut batch = vec![];
+            let before = ix.shape(&rcu.read_lock());
+            let next = ix.for_each_trimmed_raw(&rcu.read_lock(), from, limit, |p| batch.push(p));
+            wrapped |= next < from;
+            from = next;
+            assert_eq!(batch.len(), limit);
+            for p in batch {
+                // SAFETY: as in `insert`.
+                let (key, hash) = unsafe { ((*p).key, (*p).hash) };
+                assert!(ix.lock(hash, &rcu).remove(p, hash));
+                assert!(gone.insert(key), "{key} taken twice");
+            }
+            let after = ix.shape(&rcu.read_lock());
+            assert_eq!(after.tombstones, 0);
+            assert_eq!(after.live, before.live - limit);
+            assert!(after.longest_run <= before.longest_run, "{before:?} -> {after:?}");
+        }
+        assert!(wrapped, "the batches went round the table");
+        for k in 0..n {
+            assert_eq!(find(&ix, &rcu, k).is_some(), !gone.contains(&k), "{k}");
+        }
+        drop(ix);
+        rcu.synchronize();
+        for p in es {
+            // SAFETY: the index is gone and a grace period has passed.
+            drop(unsafe { Box::from_raw(p as *mut E) });
+        }
     }
 
     /// A directory's index that outgrows its first table of four homes
