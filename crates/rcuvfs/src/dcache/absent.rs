@@ -297,9 +297,7 @@ impl Dcache {
                 if n == 0 {
                     // A set that gave nothing (emptied meanwhile, or its
                     // batch's names all taken out under it): on to the
-                    // next shard, so that no set is retried for ever (a
-                    // way of picking that could choose no entry spun
-                    // here, found while trying them).
+                    // next shard, so that no set is retried for ever.
                     break;
                 }
             }

@@ -635,8 +635,8 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
     /// ones) in a window of the table, each cut to the longest length that
     /// frees `limit` entries (water-filling). The window: the whole clusters
     /// after the home of `from` that hold `WINDOW` times `limit` entries,
-    /// or the whole table if it holds fewer. All entries if `limit` is the
-    /// live count or more. Returns the key to begin at next, the home
+    /// or the whole table if it holds fewer. Returns the key to begin at
+    /// next, the home
     /// after the window, so that batches pass over the table in turn.
     ///
     /// Why: the slots keep hash order, so a batch of neighbours (the
@@ -674,6 +674,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         // home is in, wrapping once past the table's end (not a cluster's
         // continuation: the table does not wrap).
         let mut i = t.home(from);
+        // Relaxed: only looking for an empty slot; no entry is read.
         while i < n && slots[i].load(Ordering::Relaxed) & PTR != EMPTY {
             i += 1;
         }
@@ -831,7 +832,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         let mut s = Shape { slots: t.slots().len(), ..Shape::default() };
         let mut run = 0;
         let mut probes = 0;
-        for slot in t.slots().iter().rev() {
+        for (i, slot) in t.slots().iter().enumerate().rev() {
             let e = slot.load(Ordering::Acquire) & PTR;
             if e == EMPTY {
                 run = 0;
@@ -844,11 +845,13 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
                 }
             }
             s.longest_run = s.longest_run.max(run);
-            // A miss whose home is `i` reads `run` full slots and the empty
-            // one after them.
-            probes += run + 1;
+            // A miss whose home is `i` (not in the overflow tail) reads
+            // `run` full slots and the empty one after them.
+            if i < t.capacity() {
+                probes += run + 1;
+            }
         }
-        s.mean_miss_probe = probes as f64 / s.slots.max(1) as f64;
+        s.mean_miss_probe = probes as f64 / t.capacity() as f64;
         s
     }
 
