@@ -1,3 +1,6 @@
+//! The lab's `churn` workload without the lab around it (for a profiler,
+//! and with what the cache holds printed as it goes).
+//!
 //! A directory whose names come and go for ever at a steady count (a
 //! build's temporary files, a mail spool, a cache directory): does a step
 //! cost the same after a hundred turnovers as after one, and does the

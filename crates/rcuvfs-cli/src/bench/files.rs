@@ -148,7 +148,7 @@ fn thread_sys_ns() -> u64 {
     u.ru_stime.tv_sec as u64 * 1_000_000_000 + u.ru_stime.tv_usec as u64 * 1_000
 }
 
-fn rss() -> u64 {
+pub(super) fn rss() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1).and_then(|x| x.parse::<u64>().ok()))
@@ -157,7 +157,7 @@ fn rss() -> u64 {
 }
 
 /// The kernel's slab, in bytes (`Slab:` of /proc/meminfo).
-fn slab() -> u64 {
+pub(super) fn slab() -> u64 {
     let s = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     s.lines()
         .find_map(|l| l.strip_prefix("Slab:"))
@@ -259,7 +259,12 @@ pub fn run_host(n: usize, host_dir: &Path) -> std::io::Result<FilesRow> {
 /// `repeats` runs of one cell; `None`, said on stdout, if one fails (the
 /// host's tmpfs may allow fewer inodes than N: /dev/shm allows half the
 /// memory's pages), and the sweep goes on.
-fn repeated<R>(mode: &str, n: usize, repeats: usize, run: impl Fn() -> std::io::Result<R>) -> Option<Vec<R>> {
+pub(super) fn repeated<R>(
+    mode: &str,
+    n: usize,
+    repeats: usize,
+    run: impl Fn() -> std::io::Result<R>,
+) -> Option<Vec<R>> {
     match (0..repeats.max(1)).map(|_| run()).collect() {
         Ok(r) => Some(r),
         Err(e) => {
@@ -270,7 +275,7 @@ fn repeated<R>(mode: &str, n: usize, repeats: usize, run: impl Fn() -> std::io::
 }
 
 /// The median of `f` over `runs` (not empty).
-fn median_by<R>(runs: &[R], f: fn(&R) -> f64) -> f64 {
+pub(super) fn median_by<R>(runs: &[R], f: fn(&R) -> f64) -> f64 {
     let mut v: Vec<f64> = runs.iter().map(f).collect();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]

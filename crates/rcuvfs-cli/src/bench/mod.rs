@@ -5,6 +5,7 @@
 //! seeds' table (`seeds`), JSON (`--json`), SVG plots (`--plot`) and one
 //! HTML page (`--report`).
 
+mod churn;
 mod exit;
 mod files;
 mod plot;
@@ -27,7 +28,7 @@ use workloads::{is_known_mode, vfs_config, Ctx, Target, WORKLOADS};
 pub struct BenchArgs {
     /// Workloads to run (default: all): stat-same, stat-private, short,
     /// create-private, create-shared, and (only when named, it takes
-    /// minutes) files and big-dir,
+    /// minutes) files, big-dir and churn,
     /// rename-storm, tree-walk, dd-write, dd-read, pagecache-mix,
     /// inode-exit.
     workloads: Vec<String>,
@@ -78,7 +79,8 @@ pub struct BenchArgs {
     /// pagecache-mix: the share of operations that write.
     #[arg(long, default_value_t = 0.1)]
     write_share: f64,
-    /// files and big-dir: the numbers of files to sweep (k and M suffixes).
+    /// files and big-dir: the numbers of files to sweep (k and M suffixes);
+    /// churn: the numbers of names its directory keeps.
     #[arg(long, default_value = "10k,100k,1M,10M")]
     files: String,
     /// inode-exit: files each thread creates and keeps open.
@@ -167,6 +169,10 @@ struct Report {
     /// The `big-dir` sweep: ns per entry of a whole listing against N.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     big_dir: Vec<files::BigDirRow>,
+    /// The `churn` sweep: ns per operation in a directory whose names come
+    /// and go, early and late in the run, against its number of names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    churn: Vec<churn::ChurnRow>,
     /// One row per seed: its figure and this run's before/after ratio.
     seeds: Vec<seeds::SeedRow>,
 }
@@ -320,7 +326,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     } else {
         args.workloads
             .iter()
-            .filter(|name| !matches!(name.as_str(), "inode-exit" | "files" | "big-dir"))
+            .filter(|name| !matches!(name.as_str(), "inode-exit" | "files" | "big-dir" | "churn"))
             .map(|name| {
                 WORKLOADS.iter().find(|w| w.name == name).ok_or_else(|| {
                     let known: Vec<_> = WORKLOADS.iter().map(|w| w.name).collect();
@@ -340,6 +346,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     }
     let run_files = args.workloads.iter().any(|w| w == "files");
     let run_big_dir = args.workloads.iter().any(|w| w == "big-dir");
+    let run_churn = args.workloads.iter().any(|w| w == "churn");
     let file_sizes = files::parse_sizes(&args.files)?;
     let threads = parse_threads(&args.threads)?;
     let max_threads = *threads.iter().max().unwrap();
@@ -508,7 +515,8 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
         }
     }
     progress.finish_and_clear();
-    let (mut file_rows, mut big_dir_rows, mut files_memory) = (Vec::new(), Vec::new(), None);
+    let (mut file_rows, mut big_dir_rows, mut churn_rows, mut files_memory) =
+        (Vec::new(), Vec::new(), Vec::new(), None);
     let sweep_modes: Vec<String> = match &explicit {
         Some(ms) => ms.iter().filter(|m| *m == "host" || vfs_config(m).is_some()).cloned().collect(),
         None => vec!["norefs".into(), "host".into()],
@@ -519,6 +527,9 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
     }
     if run_big_dir {
         big_dir_rows = files::big_dir_sweep(&sweep_modes, &file_sizes, args.repeats, &args.host_dir)?;
+    }
+    if run_churn {
+        churn_rows = churn::sweep(&sweep_modes, &file_sizes, args.repeats, args.dcache_target, &args.host_dir)?;
     }
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir)?;
@@ -549,6 +560,7 @@ pub fn run(args: BenchArgs) -> std::io::Result<()> {
         files: file_rows,
         files_memory,
         big_dir: big_dir_rows,
+        churn: churn_rows,
         seeds: seed_rows,
     };
     if let Some(path) = &args.json {

@@ -100,6 +100,33 @@ tr.seed td {{ font-weight: bold; }}
             ));
         }
     }
+    if !report.churn.is_empty() {
+        h.push_str(
+            "<h2>churn</h2>\n<p>One directory keeps N names; a step removes the oldest, creates one, stats a live \
+             and a removed name. ns per operation in the run's fifth tenth (half-way) and in its last.</p>\n",
+        );
+        h.push_str(
+            "<table><tr><th class=\"l\">mode</th><th>names</th><th>steps</th><th>unlink</th><th>create</th>\
+             <th>stat</th><th>miss</th><th>last/mid</th><th>B/name</th></tr>\n",
+        );
+        for r in &report.churn {
+            let pair = |f: fn(&super::churn::Tenth) -> f64| format!("{:.0} / {:.0}", f(&r.tenths[4]), f(&r.tenths[9]));
+            let _ = writeln!(
+                h,
+                r#"<tr><td class="l">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.0}</td></tr>"#,
+                esc(&r.mode),
+                r.live,
+                r.steps,
+                pair(|t| t.unlink_ns),
+                pair(|t| t.create_ns),
+                pair(|t| t.stat_ns),
+                pair(|t| t.miss_ns),
+                r.last_over_middle,
+                r.bytes_per_name
+            );
+        }
+        h.push_str("</table>\n");
+    }
     h.push_str("</body></html>\n");
     std::fs::write(path, h)
 }
@@ -126,6 +153,7 @@ mod tests {
             files: Vec::new(),
             files_memory: None,
             big_dir: Vec::new(),
+            churn: Vec::new(),
         };
         let path = std::env::temp_dir().join(format!("rcuvfs-report-{}.html", std::process::id()));
         let sections = [Section { name: "stat-same", seed: "002", op: "stat <x>" }];

@@ -252,7 +252,7 @@ impl HostPath {
 /// The host kernel: syscalls on paths under `root` (a scratch directory it
 /// removes on drop, or a directory given to it, left as it is).
 pub struct HostSubject {
-    root: PathBuf,
+    pub(super) root: PathBuf,
     _scratch: Option<HostDir>,
 }
 
