@@ -47,7 +47,6 @@ fn main() -> std::io::Result<()> {
     for &i in &names {
         v.write(path(i), b"")?;
     }
-    let mut next = live;
     let mut rng = 0x2545_f491_4f6c_dd1d_u64;
     let window = (steps / 10).max(1);
     println!("live {live}, steps {steps}, dirs {dirs}, complete {complete}");
@@ -58,6 +57,7 @@ fn main() -> std::io::Result<()> {
     let mut t = Instant::now();
     let mut phase = [0u128; 4];
     for step in 1..=steps {
+        let next = live + step - 1;
         let old = names.pop_front().unwrap();
         let (po, pn) = (path(old), path(next));
         let t0 = Instant::now();
@@ -68,7 +68,6 @@ fn main() -> std::io::Result<()> {
         phase[0] += (t1 - t0).as_nanos();
         phase[1] += (t2 - t1).as_nanos();
         names.push_back(next);
-        next += 1;
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;

@@ -67,6 +67,26 @@ pub struct ChurnRow {
     pub memory: &'static str,
 }
 
+impl ChurnRow {
+    /// The row's cells, as the terminal's table and the HTML report show
+    /// them: mode, names, steps, each operation's ns half-way and last,
+    /// last over half-way, bytes per name.
+    pub fn cells(&self) -> [String; 9] {
+        let pair = |f: fn(&Tenth) -> f64| format!("{:.0} / {:.0}", f(&self.tenths[4]), f(&self.tenths[9]));
+        [
+            self.mode.clone(),
+            self.live.to_string(),
+            self.steps.to_string(),
+            pair(|t| t.unlink_ns),
+            pair(|t| t.create_ns),
+            pair(|t| t.stat_ns),
+            pair(|t| t.miss_ns),
+            format!("{:.2}", self.last_over_middle),
+            format!("{:.0}", self.bytes_per_name),
+        ]
+    }
+}
+
 fn run_on<S: Subject>(
     s: &S,
     mode: &str,
@@ -196,18 +216,10 @@ pub fn sweep(
                 memory: runs[0].memory,
                 tenths,
             };
-            let pair = |f: fn(&Tenth) -> f64| format!("{:.0} / {:.0}", f(&r.tenths[4]), f(&r.tenths[9]));
+            let c = r.cells();
             println!(
-                "{:<18} {:>9} {:>9} {:>22} {:>22} {:>22} {:>22} {:>8.2} {:>8.0}",
-                r.mode,
-                r.live,
-                r.steps,
-                pair(|t| t.unlink_ns),
-                pair(|t| t.create_ns),
-                pair(|t| t.stat_ns),
-                pair(|t| t.miss_ns),
-                r.last_over_middle,
-                r.bytes_per_name
+                "{:<18} {:>9} {:>9} {:>22} {:>22} {:>22} {:>22} {:>8} {:>8}",
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
             );
             rows.push(r);
         }

@@ -110,20 +110,12 @@ tr.seed td {{ font-weight: bold; }}
              <th>stat</th><th>miss</th><th>last/mid</th><th>B/name</th></tr>\n",
         );
         for r in &report.churn {
-            let pair = |f: fn(&super::churn::Tenth) -> f64| format!("{:.0} / {:.0}", f(&r.tenths[4]), f(&r.tenths[9]));
-            let _ = writeln!(
-                h,
-                r#"<tr><td class="l">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.0}</td></tr>"#,
-                esc(&r.mode),
-                r.live,
-                r.steps,
-                pair(|t| t.unlink_ns),
-                pair(|t| t.create_ns),
-                pair(|t| t.stat_ns),
-                pair(|t| t.miss_ns),
-                r.last_over_middle,
-                r.bytes_per_name
-            );
+            h.push_str("<tr>");
+            for (k, c) in r.cells().iter().enumerate() {
+                let class = if k == 0 { " class=\"l\"" } else { "" };
+                let _ = write!(h, "<td{class}>{}</td>", esc(c));
+            }
+            h.push_str("</tr>\n");
         }
         h.push_str("</table>\n");
     }
@@ -153,7 +145,22 @@ mod tests {
             files: Vec::new(),
             files_memory: None,
             big_dir: Vec::new(),
-            churn: Vec::new(),
+            churn: vec![super::super::churn::ChurnRow {
+                mode: "norefs".into(),
+                live: 10_000,
+                steps: 1_000_000,
+                tenths: (0..10)
+                    .map(|k| super::super::churn::Tenth {
+                        unlink_ns: 1000.0 + k as f64,
+                        create_ns: 2000.0,
+                        stat_ns: 300.0,
+                        miss_ns: 400.0,
+                    })
+                    .collect(),
+                last_over_middle: 1.0,
+                bytes_per_name: 900.0,
+                memory: "process RSS",
+            }],
         };
         let path = std::env::temp_dir().join(format!("rcuvfs-report-{}.html", std::process::id()));
         let sections = [Section { name: "stat-same", seed: "002", op: "stat <x>" }];
@@ -174,5 +181,7 @@ mod tests {
         assert!(page.contains(r#"<tr class="seed"><td class="l">rcuwalk</td><td>2</td><td>20000000</td>"#));
         assert!(page.contains("<svg") && page.contains("log scale") && page.contains("seed 002: after"));
         assert!(page.contains("stat &lt;x&gt;") && page.contains("k&lt;1&gt;"));
+        // The churn table: half-way (the fifth tenth) and the last.
+        assert!(page.contains(r#"<td class="l">norefs</td><td>10000</td><td>1000000</td><td>1004 / 1009</td>"#));
     }
 }

@@ -2053,7 +2053,6 @@ mod tests {
                 for &p in &keys {
                     insert(&ix, &rcu, p);
                 }
-                let mut next = live as u64;
                 let mut rng = 0x2545_f491_4f6c_dd1d_u64;
                 let (mut probe, mut run, mut slots, mut tombs) = (0f64, 0, 0, 0);
                 let (mut last, mut rehashes) = (ix.table.load(O::Relaxed), 0);
@@ -2068,8 +2067,7 @@ mod tests {
                     };
                     let old = keys.swap_remove_front(i).unwrap();
                     assert!(remove(&ix, &rcu, old));
-                    let new = entry(next);
-                    next += 1;
+                    let new = entry((live + op) as u64);
                     insert(&ix, &rcu, new);
                     keys.push_back(new);
                     // SAFETY: removed above, and no reader runs: nothing
