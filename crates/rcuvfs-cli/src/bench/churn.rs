@@ -94,6 +94,9 @@ fn run_on<S: Subject>(
     steps: usize,
     memory: (fn() -> u64, &'static str),
 ) -> std::io::Result<ChurnRow> {
+    if live == 0 || steps < 10 {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
     s.mkdir_all("/c")?;
     let path = |i: usize, buf: &mut String| {
         use std::fmt::Write;
@@ -252,5 +255,9 @@ mod tests {
         let r = run_on(&h, "host", 20, 500, (slab, "kernel slab")).unwrap();
         assert_eq!(r.tenths.len(), 10);
         assert_eq!(std::fs::read_dir(h.root.join("c")).unwrap().count(), 20);
+        // No names, or too few steps for ten tenths: EINVAL.
+        let e = |r: std::io::Result<ChurnRow>| r.err().and_then(|e| e.raw_os_error());
+        assert_eq!(e(run_on(&s, "norefs", 0, 100, (rss, "process RSS"))), Some(libc::EINVAL));
+        assert_eq!(e(run_on(&s, "norefs", 5, 9, (rss, "process RSS"))), Some(libc::EINVAL));
     }
 }
