@@ -304,6 +304,15 @@ impl Indexed for Dentry {
     fn index_hash(&self) -> u64 {
         self.name().hash
     }
+
+    /// Folded: a directory's names share their tags' top bits with their
+    /// homes, so that in a table of 2^13 homes or more, prefix tags made
+    /// most probes for an absent name meet another name's tag, and only a
+    /// probe that meets none is an answer in a complete directory
+    /// (`misses_cleanly_h`): 14% of misses in a directory of 10,000 names
+    /// and 36-47% from 50,000 went on to the filesystem and left a negative
+    /// dentry each. A resize reads its entries' hashes instead (prefetched).
+    const FOLDED_TAGS: bool = true;
 }
 
 impl Dentry {
