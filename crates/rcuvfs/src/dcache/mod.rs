@@ -315,8 +315,8 @@ impl Dcache {
     /// names come and go would keep up to the whole bound of them (262,144
     /// by default: 65 MB for 10,000 live names, against 15-18 MB without,
     /// and each lookup in it slower for the larger index; the host's tmpfs
-    /// keeps no negative dentry at all). The caller holds `d`'s name lock,
-    /// which keeps its parent.
+    /// keeps no negative dentry at all). The caller holds `d`'s `d_lock`,
+    /// which keeps its parent (a move changes it only under that lock).
     #[inline]
     pub(crate) fn kills_removed(&self, d: &Dentry) -> bool {
         self.dirs_can_be_complete(d.sb())

@@ -21,7 +21,7 @@
 //! | 1      | unused (it was `MOVED`, a mark each slot got from a resize: see "Resize") |
 //! | 2      | `PARKED`: a thread waits for `LOCK` to clear |
 //! | 3..48  | the value: `EMPTY` (0), `TOMBSTONE` (8), `VACATING` (16), or an entry's address (8-aligned, below 2^48) |
-//! | 48..64 | the tag: the top 16 bits of the hash the entry was inserted under (folded with its low 16 for some entry types, [`Indexed::FOLDED_TAGS`]), so that a probe skips most other keys without touching their entries, and a resize to at most 2^16 homes places entries without reading them |
+//! | 48..64 | the tag: the top 16 bits of the hash the entry was inserted under (folded with its low 16 for some entry types, [`Indexed::FOLDED_TAGS`]), so that a probe skips most other keys without touching their entries; unfolded, a resize to at most 2^16 homes places entries without reading them |
 //!
 //! Legal value transitions in one table: `EMPTY -> entry`, `entry ->
 //! TOMBSTONE`, `TOMBSTONE -> entry`, `entry -> entry` (a replace under the
@@ -190,12 +190,15 @@ const FIRST_GROWN_BITS: u32 = 4;
 pub trait Indexed {
     fn index_hash(&self) -> u64;
 
-    /// Whether keys may differ only in their hashes' low bits (an owned
-    /// inode table's groups of eight, `inode::owned_ino_hash`): their tags
-    /// then fold the hash's low 16 bits into its top 16. Otherwise a tag is
-    /// the top 16 bits, a prefix of the key's home in any table of up to
-    /// 2^16 homes, and a resize of such a table places every entry from
-    /// its slot's tag alone, reading no entry.
+    /// Whether a tag folds the hash's low 16 bits into its top 16: for keys
+    /// that may differ only in their low bits (an owned inode table's
+    /// groups of eight, `inode::owned_ino_hash`), and for an index whose
+    /// probes must seldom meet another key's tag (a directory's dentries:
+    /// a complete directory's miss is an answer only when it meets none).
+    /// Otherwise a tag is the top 16 bits, a prefix of the key's home in
+    /// any table of up to 2^16 homes, so that neighbours share most of it,
+    /// and a resize of such a table places every entry from its slot's tag
+    /// alone, reading no entry.
     const FOLDED_TAGS: bool = false;
 }
 
@@ -562,7 +565,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
     }
 
     /// Probes for `hash` with `f`, over the entries inserted under a hash
-    /// with the same top 16 bits, from the key's home to the first empty
+    /// with the same tag (see [`tag`]), from the key's home to the first empty
     /// slot (`__d_lookup_rcu`): stores nothing, takes no lock. `None`: no
     /// entry stopped the probe. The entries passed to `f` may be in the
     /// middle of a change, or already removed (the caller validates what it
