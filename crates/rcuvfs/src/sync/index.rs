@@ -565,7 +565,7 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
     }
 
     /// Probes for `hash` with `f`, over the entries inserted under a hash
-    /// with the same tag (see [`tag`]), from the key's home to the first empty
+    /// with the same tag (`tag`), from the key's home to the first empty
     /// slot (`__d_lookup_rcu`): stores nothing, takes no lock. `None`: no
     /// entry stopped the probe. The entries passed to `f` may be in the
     /// middle of a change, or already removed (the caller validates what it
