@@ -639,8 +639,8 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
     /// frees `limit` entries (water-filling). The window: the whole clusters
     /// after the home of `from` that hold `WINDOW` times `limit` entries,
     /// or the whole table if it holds fewer. Returns the key to begin at
-    /// next, the home
-    /// after the window, so that batches pass over the table in turn.
+    /// next, the home after the window, so that batches pass over the
+    /// table in turn.
     ///
     /// Why: the slots keep hash order, so a batch of neighbours (the
     /// table's first entries, always, as this index's first eviction took)
@@ -1976,6 +1976,18 @@ mod tests {
         }
     }
 
+    /// Drops the index (or its last handle), waits out a grace period,
+    /// then frees the entries `entry` leaked.
+    fn free_with<I>(ix: I, rcu: &Rcu, es: impl IntoIterator<Item = *const E>) {
+        drop(ix);
+        rcu.synchronize();
+        for p in es {
+            // SAFETY: made by `entry` (a leaked Box), and nothing reaches it
+            // now: the index is gone and a grace period has passed.
+            drop(unsafe { Box::from_raw(p as *mut E) });
+        }
+    }
+
     fn remove<const S: bool>(ix: &Index<E, S>, rcu: &Rcu, p: *const E) -> bool {
         // SAFETY: as above.
         let hash = unsafe { (*p).hash };
@@ -2023,12 +2035,7 @@ mod tests {
         for k in 0..n {
             assert_eq!(find(&ix, &rcu, k).is_some(), !gone.contains(&k), "{k}");
         }
-        drop(ix);
-        rcu.synchronize();
-        for p in es {
-            // SAFETY: the index is gone and a grace period has passed.
-            drop(unsafe { Box::from_raw(p as *mut E) });
-        }
+        free_with(ix, &rcu, es);
     }
 
     /// A directory whose names come and go for ever at a steady count (a
@@ -2118,12 +2125,7 @@ mod tests {
                     // SAFETY: as in `insert`.
                     assert_eq!(find(&ix, &rcu, unsafe { (*p).key }), Some(unsafe { (*p).key }));
                 }
-                drop(ix);
-                rcu.synchronize();
-                for p in keys {
-                    // SAFETY: the index is gone and a grace period has passed.
-                    drop(unsafe { Box::from_raw(p as *mut E) });
-                }
+                free_with(ix, &rcu, keys);
             }
         }
     }
@@ -2152,12 +2154,7 @@ mod tests {
         for k in 0..40 {
             assert_eq!(find(&ix, &rcu, k), Some(k));
         }
-        drop(ix);
-        rcu.synchronize();
-        for p in es {
-            // SAFETY: the index is gone and a grace period has passed.
-            drop(unsafe { Box::from_raw(p as *mut E) });
-        }
+        free_with(ix, &rcu, es);
     }
 
     #[test]
@@ -2194,12 +2191,7 @@ mod tests {
         for k in 0..n {
             assert_eq!(find(&ix, &rcu, k).is_some(), k >= n - 10);
         }
-        drop(ix);
-        rcu.synchronize();
-        for p in es {
-            // SAFETY: the index is gone and a grace period has passed.
-            drop(unsafe { Box::from_raw(p as *mut E) });
-        }
+        free_with(ix, &rcu, es);
     }
 
     #[test]
@@ -2224,12 +2216,7 @@ mod tests {
         assert!(ix.is_closed(&rcu.read_lock()));
         let c = entry(2);
         assert_eq!(ix.lock(h(2), &rcu).insert(c, h(2)), Err(InsertError::Closed));
-        drop(ix);
-        rcu.synchronize();
-        for p in [a, b, c] {
-            // SAFETY: unreachable now.
-            drop(unsafe { Box::from_raw(p as *mut E) });
-        }
+        free_with(ix, &rcu, [a, b, c]);
     }
 
     #[test]
@@ -2256,12 +2243,7 @@ mod tests {
         }
         seen.sort();
         assert_eq!(seen, (0..n).collect::<Vec<_>>());
-        drop(ix);
-        rcu.synchronize();
-        for p in es {
-            // SAFETY: unreachable now.
-            drop(unsafe { Box::from_raw(p as *mut E) });
-        }
+        free_with(ix, &rcu, es);
     }
 
     /// Readers look up keys that stay in the index the whole time, while
@@ -2407,12 +2389,7 @@ mod tests {
         let mut es = Vec::new();
         ix.for_each(&g, |e| es.push(e as *const E));
         drop(g);
-        drop(ix);
-        rcu.synchronize();
-        for p in es {
-            // SAFETY: the index is gone and a grace period has passed.
-            drop(unsafe { Box::from_raw(p as *mut E) });
-        }
+        free_with(ix, &rcu, es);
     }
 
     #[test]
@@ -2487,11 +2464,6 @@ mod tests {
         assert!(lookups.load(O::Relaxed) > 0);
         assert_eq!(misses.load(O::Relaxed), 0, "a stable key was missed");
         assert_eq!(ix.len(&rcu.read_lock()), 64);
-        drop(ix);
-        rcu.synchronize();
-        for p in stable {
-            // SAFETY: the index is gone and every reader with it.
-            drop(unsafe { Box::from_raw(p as *mut E) });
-        }
+        free_with(ix, &rcu, stable);
     }
 }
