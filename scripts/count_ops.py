@@ -14,6 +14,15 @@ gdb.execute("set pagination off")
 gdb.execute("set confirm off")
 gdb.execute("break one_op_mark")
 gdb.execute("run " + os.environ.get("COUNT_OPS_ARGS", ""), to_string=True)
+# Only this thread runs from here on. An operation single-stepped takes
+# seconds, and the reclaimer thread (sync/reclaim.rs), ticking meanwhile,
+# would find this thread's shard idle and hand its list to seize while
+# this thread is in a read section (whose leave then frees the batch),
+# and contend for its locks: work a real operation never meets (counted
+# until 2026-11-29: 500-2,500 instructions of a create or an unlink). The
+# reclaimer sleeps between ticks, so it is stopped holding nothing.
+# (Set once the process runs.)
+gdb.execute("set scheduler-locking on")
 # Past the two warm-up rounds: to the third first mark (its argument,
 # `kind`, is 1 there).
 rounds = 0
@@ -51,10 +60,11 @@ def one():
     while in_mark():
         gdb.execute("finish", to_string=True)  # back in main, after the mark
     incl, atoms, n = collections.Counter(), collections.Counter(), 0
+    own = collections.Counter()
     sites = collections.Counter()
     while True:
         if in_mark():
-            return n, incl, atoms, sites
+            return n, incl, atoms, sites, own
         frame = gdb.selected_frame()
         name = frame.name() or "?"
         # The vDSO's clock read loops on a sequence count that moves while
@@ -74,6 +84,7 @@ def one():
             chain.append(short(fn))
             f = f.older()
         is_atomic = bool(ATOMIC.search(insn))
+        own[chain[0] if chain else "?"] += 1
         if is_atomic and SITES:
             sites[" < ".join(chain[:SITES])] += 1
         for s in names:
@@ -102,13 +113,16 @@ for r in range(ROUNDS):
         runs[op].append(one())
 for op in OPS:
     counts = sorted(runs[op], key=lambda r: r[0])
-    n, incl, atoms, sites = counts[len(counts) // 2]  # the median round's
+    n, incl, atoms, sites, own = counts[len(counts) // 2]  # the median round's
     each = ", ".join(f"{r[0]}/{r[2]['(all)']}" for r in runs[op])
     print(f"== {op}: median {n} instructions, {atoms['(all)']} atomic RMWs and fences")
     print(f"   each round (instructions/atomics): {each}")
-    print("   instructions  atomics  function (inclusive), in the median round")
+    print("   instructions  atomics     self  function (inclusive; self: in its own body), in the median round")
     for name, c in incl.most_common(TOP):
-        print(f"   {c:12d}  {atoms[name]:7d}  {name}")
+        print(f"   {c:12d}  {atoms[name]:7d}  {own[name]:7d}  {name}")
+    print("   self  function (the most instructions in their own bodies)")
+    for name, c in own.most_common(TOP):
+        print(f"   {c:5d}  {name}")
     if SITES:
         print("   atomics  where (innermost first)")
         for site, c in sites.most_common():
