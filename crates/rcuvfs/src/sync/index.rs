@@ -312,11 +312,15 @@ struct ShardCount {
     live: AtomicI64,
     /// Empty slots this shard filled, not yet folded into the word.
     used: AtomicI64,
+    /// Calls of `shrink_if_sparse` since this shard last summed them all,
+    /// while past its quota of removes. Plain std atomic: a rate, part of
+    /// no protocol (two threads of one shard may lose a step).
+    unsummed: std::sync::atomic::AtomicI64,
 }
 
 impl Default for ShardCount {
     fn default() -> Self {
-        ShardCount { live: AtomicI64::new(0), used: AtomicI64::new(0) }
+        ShardCount { live: AtomicI64::new(0), used: AtomicI64::new(0), unsummed: Default::default() }
     }
 }
 
@@ -1157,12 +1161,25 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
             return;
         }
         // A sharded table sums its shards only once this thread's shard has
-        // removed a quota's worth: a remove stays on its own line.
+        // removed a quota's worth, and then once per quota of removes: a
+        // remove stays on its own line. (A thread that only removes, a
+        // spool's consumer whose producer inserts on another shard, stays
+        // past its quota for good: it summed every shard at each remove,
+        // reading the line its producer writes at each insert.)
         if let Some(sh) = t.shards() {
             let mine = &sh.0[crate::sync::shard::current()].0;
             if mine.live.load(Ordering::Relaxed) > -t.quota() {
                 return;
             }
+            let relaxed = std::sync::atomic::Ordering::Relaxed;
+            let n = mine.unsummed.load(relaxed) + 1;
+            if n < t.quota() {
+                mine.unsummed.store(n, relaxed);
+                return;
+            }
+            mine.unsummed.store(0, relaxed);
+            #[cfg(test)]
+            tests::SUMS.with(|s| s.set(s.get() + 1));
         }
         let live = t.totals().0;
         let floor = if t.shards().is_some() { CONTENDED_BITS } else { CHURN_BITS };
@@ -1994,6 +2011,60 @@ mod tests {
         let removed = ix.lock(hash, rcu).remove(p, hash);
         ix.shrink_if_sparse(rcu);
         removed
+    }
+
+    thread_local! {
+        /// Times this thread summed a sharded table's shards to decide a
+        /// shrink.
+        pub(super) static SUMS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// A thread that only removes from a sharded table (a spool's
+    /// consumer, whose producer inserts on another shard) sums the shards'
+    /// counts once per quota of its removes, not at each: a remove stays
+    /// on its own line. Fails when a shard past its quota sums at every
+    /// remove (as before `unsummed`: 1,233 sums for 2,000 removes).
+    #[test]
+    fn a_thread_that_only_removes_sums_the_shards_once_per_quota() {
+        let rcu = Rcu::new();
+        let ix = Index::<E, true>::new_sharded();
+        let (n, removes) = if cfg!(miri) { (3_000, 600) } else { (20_000, 2_000) };
+        let es: Vec<usize> = (0..n).map(|k| entry(k) as usize).collect();
+        let producer = std::thread::scope(|s| {
+            s.spawn(|| {
+                for &p in &es {
+                    insert(&ix, &rcu, p as *const E);
+                }
+                crate::sync::shard::current()
+            })
+            .join()
+            .unwrap()
+        });
+        let quota = ix.current().expect("a table").quota() as u64;
+        // Threads take shards in turn: one whose shard is not the
+        // producer's.
+        let sums = loop {
+            let r = std::thread::scope(|s| {
+                s.spawn(|| {
+                    if crate::sync::shard::current() == producer {
+                        return None;
+                    }
+                    for &p in &es[..removes] {
+                        assert!(remove(&ix, &rcu, p as *const E));
+                    }
+                    Some(SUMS.with(|c| c.get()))
+                })
+                .join()
+                .unwrap()
+            });
+            if let Some(sums) = r {
+                break sums;
+            }
+        };
+        assert!(quota * 2 < removes as u64, "quota {quota}: the removes pass it");
+        assert!(sums >= 1, "past its quota, the shard sums: {sums}");
+        assert!(sums <= removes as u64 / quota + 1, "{sums} sums for {removes} removes (quota {quota})");
+        free_with(ix, &rcu, es.into_iter().map(|p| p as *const E));
     }
 
     /// An eviction's batch (`for_each_trimmed_raw`) is `limit` entries,
