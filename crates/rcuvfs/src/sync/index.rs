@@ -2028,7 +2028,7 @@ mod tests {
     fn a_thread_that_only_removes_sums_the_shards_once_per_quota() {
         let rcu = Rcu::new();
         let ix = Index::<E, true>::new_sharded();
-        let (n, removes) = if cfg!(miri) { (3_000, 600) } else { (20_000, 2_000) };
+        let (n, removes) = if cfg!(miri) { (1_000, 200) } else { (20_000, 2_000) };
         let es: Vec<usize> = (0..n).map(|k| entry(k) as usize).collect();
         let producer = std::thread::scope(|s| {
             s.spawn(|| {
