@@ -236,8 +236,9 @@ fn misses_in_a_large_complete_directory_leave_nothing() {
 }
 
 /// A directory whose names come and go (a build's temporary files, a
-/// spool) keeps no removed name as a negative dentry once it holds more
-/// than 4,096 names, far below the bound on negative dentries, while a
+/// spool) keeps no removed name as a negative dentry once its index has
+/// grown for more than 3,072 names (`CROWDED_SLOTS`), far below the bound
+/// on negative dentries, while a
 /// small directory keeps them for a create of the same name (AIM7's
 /// `short`). Every removed name is still absent and can be made again,
 /// and the live ones are all found. Fails when only the bound decides:

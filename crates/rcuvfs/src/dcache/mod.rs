@@ -135,12 +135,17 @@ use crate::sync::atomic::Ordering;
 use crate::sync::list_batch::ListMode;
 use crate::sync::{Lockref, Mutex, Rcu, SeqCount};
 
-/// Cached names (positive and negative) past which a directory over a
-/// filesystem that answers misses itself keeps no removed name as a
-/// negative dentry ([`Dcache::kills_removed`]). Above the 1,000 names a
-/// directory of the lab's `files` sweep holds, so that its unlinks keep
-/// their cheaper flip to negative below the bound.
-pub(crate) const CROWDED_DIR: usize = 4096;
+/// The size of a directory's children index (slots) from which, over a
+/// filesystem that answers misses itself, it keeps no removed name as a
+/// negative dentry ([`Dcache::kills_removed`]). An index reaches it when
+/// more than 3,072 names are cached (it doubles at three quarters full),
+/// and shrinks below it only under 1,024, so a directory near the mark
+/// does not flip between the two. Well above the 1,000 names a directory
+/// of the lab's `files` sweep holds (2,048 slots), so that its unlinks
+/// keep their cheaper flip to negative below the bound. Slots, not
+/// names: counting the names sums a contended index's shards, a read of
+/// every writer's line at each unlink.
+pub(crate) const CROWDED_SLOTS: usize = 8192;
 
 /// What [`Dcache::d_splice_alias`] did with a filesystem's answer.
 pub(crate) enum Spliced<'a> {
@@ -309,8 +314,8 @@ impl Dcache {
     /// once the negative dentries are at their bound it would only make
     /// the shrinker free the oldest of them at the next allocation. Below
     /// the bound they are kept (a job that creates and removes the same
-    /// names, AIM7's `short`, reuses them), but not in a directory that
-    /// holds more than [`CROWDED_DIR`] cached names: there they share the
+    /// names, AIM7's `short`, reuses them), but not in a directory whose
+    /// index has grown to [`CROWDED_SLOTS`]: there they share the
     /// index every lookup in the directory probes, and a directory whose
     /// names come and go would keep up to the whole bound of them (262,144
     /// by default: 65 MB for 10,000 live names, against 15-18 MB without,
@@ -321,7 +326,7 @@ impl Dcache {
     pub(crate) fn kills_removed(&self, d: &Dentry) -> bool {
         self.dirs_can_be_complete(d.sb())
             && (self.counters.negative.approx() >= self.negative_target as i64
-                || d.parent().children.len(&self.rcu.read_lock()) > CROWDED_DIR)
+                || d.parent().children.slots(&self.rcu.read_lock()) >= CROWDED_SLOTS)
     }
 
     fn lockref_ctor(&self) -> fn() -> Lockref {

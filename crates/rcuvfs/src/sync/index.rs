@@ -889,6 +889,14 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         self.len(guard) == 0
     }
 
+    /// Slots of the current table (0 without one): the index's size as its
+    /// last resize set it, one load past the table pointer. Unlike
+    /// [`len`](Self::len) it sums no shard counts, whose lines every
+    /// writer of a contended index writes: for a caller on every update.
+    pub fn slots(&self, _guard: &RcuGuard<'_>) -> usize {
+        self.current().map_or(0, |t| t.capacity())
+    }
+
     /// Bytes the index's table takes (for memory accounting).
     pub fn table_bytes(&self, _guard: &RcuGuard<'_>) -> usize {
         self.current().map_or(0, |t| Table::layout(t.header().len).0.size())
