@@ -291,10 +291,13 @@ impl Dcache {
     /// positive after), an unlink's, rmdir's or rename's positive dentry
     /// (held by the remover until it is negative or moved, after memfs's
     /// removal); or, for an unlink or rmdir of a name the dcache does not
-    /// hold (`Removal::Uncached`), no dentry at all, which leaves nothing in
-    /// the dcache to disagree with memfs: none can be made for the name
-    /// until the removal is done and the name's lock let go, and it is made
-    /// from memfs's answer. So memfs's answer alone could disagree with
+    /// hold, and for a create at the cache's size target in a directory
+    /// that is not complete (`Update::Uncached`), no dentry at all, which
+    /// leaves nothing in the dcache to disagree with memfs: none can be
+    /// made for the name until the change is done and the name's lock let
+    /// go, and it is made from memfs's answer. (Such a create takes the
+    /// name's cached miss out of the directory's set first, as a create's
+    /// lookup does: a reader that finds it read it before the change.) So memfs's answer alone could disagree with
     /// what another reader, later, finds in the dcache. Hence a second,
     /// clean probe of the dcache after memfs's: the changer put its dentry
     /// in the index before its memfs change, which this walk's memfs probe

@@ -432,6 +432,50 @@ fn uncached_removal_vs_lookup(dir: bool) {
     });
 }
 
+/// A create of a name the dcache holds no dentry for, over the bound
+/// memfs, as the VFS does it at the cache's size target
+/// (`Vfs::create_uncached`): the name's lock, a cached lookup that misses,
+/// the name's cached miss taken out, then memfs's create, with no dentry
+/// made; racing a lookup that caches memfs's answer (the root is not
+/// complete: a miss goes to its set of absent names) and then a stat in
+/// RCU-walk. A stat must not lose a name the lookup found, and after the
+/// create no cached miss may hide the name. Fails (ENOENT at the end) when
+/// the create leaves the set alone.
+#[test]
+fn loom_uncached_create_vs_lookup() {
+    use crate::fs::memfs::MemFs;
+    use crate::fs::NewNode;
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let dc = cache_over_bounded(fs.clone(), 1 << 18);
+        dc.root().set_incomplete();
+        let creator = {
+            let (dc, fs) = (dc.clone(), fs.clone());
+            thread::spawn(move || {
+                let (root, sb) = (dc.root(), dc.root_sb());
+                let hash = super::name_hash(root, b"x");
+                let lock = dc.names.lock(hash);
+                assert!(dc.lookup_cached(root, b"x").unwrap().is_none(), "only this thread makes x");
+                dc.absent_forget(root, b"x", hash);
+                let owner = crate::fs::Owner { uid: 0, gid: 0 };
+                let ip = fs.create_bound(sb, root.inode().unwrap(), b"x", &NewNode::File, 0o644, owner, &dc.counters);
+                let ip = ip.unwrap().unwrap();
+                // SAFETY: the reference the inode was born with.
+                unsafe { dc.iput(ip) };
+                drop(lock);
+            })
+        };
+        thread::yield_now();
+        let found = dc.lookup_positive(dc.root(), b"x").is_ok();
+        let after = rcu_stat_x(&dc);
+        assert!(!(found && after == Some(false)), "found, then ENOENT");
+        creator.join().unwrap();
+        assert!(dc.lookup_positive(dc.root(), b"x").is_ok(), "a created name answered ENOENT");
+        assert_ne!(rcu_stat_x(&dc), Some(false), "a created name answered ENOENT in RCU-walk");
+        check_cache(&dc);
+    });
+}
+
 /// Past the bound on negative dentries, an unlink whose `d_delete` may
 /// find its reference the only one (then it unhashes the dentry, and its
 /// own last `dput` kills it) or not (another holder's last `dput` does),

@@ -329,6 +329,14 @@ impl Dcache {
                 || d.parent().children.slots(&self.rcu.read_lock()) >= CROWDED_SLOTS)
     }
 
+    /// Whether the cache holds its size target of dentries or more: a
+    /// dentry made now would only make the shrinker free another (see
+    /// `Vfs`'s creates without a dentry). One load of the total.
+    #[inline]
+    pub(crate) fn at_target(&self) -> bool {
+        self.counters.dentries.approx() >= self.target.load(std::sync::atomic::Ordering::Relaxed) as i64
+    }
+
     fn lockref_ctor(&self) -> fn() -> Lockref {
         if self.lock_only {
             || Lockref::new_lock_only(1)

@@ -8,9 +8,11 @@
 //! tmpfs keeps its truth in the kernel's inodes. A
 //! memfs bound to a superblock (see [`MemFs::bind`]: the `Vfs` it is the
 //! root of, or the first that mounts it in the same RCU domain) lends that
-//! table to it: a file then exists once, as one inode, one name in its
-//! directory here and one dentry in the dcache, and an update is visible to
-//! the VFS the moment memfs makes it. Served any other way (a second `Vfs`,
+//! table to it: a file then exists once, as one inode and one name in its
+//! directory here, plus a dentry in the dcache while one is cached (not
+//! made at all by a create at the cache's size target, which would only
+//! evict another: the VFS's RCU walk reads this memfs's index for names it
+//! lacks), and an update is visible to the VFS the moment memfs makes it. Served any other way (a second `Vfs`,
 //! a wrapper), memfs is an ordinary filesystem and the VFS keeps copies.
 //!
 //! A bound memfs changes through its `Vfs`, which is what lets that `Vfs`

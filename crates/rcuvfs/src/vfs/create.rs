@@ -4,14 +4,48 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use super::walk::{IfUncached, Named, Uncached, Update};
 use super::{bytes, Begun, Entry, Start, Vfs};
 use crate::cred::{MAY_EXEC, MAY_WRITE};
-use crate::dcache::Dentry;
+use crate::dcache::{Dcache, Dentry};
 use crate::error::{errno_of, fail, Result, EACCES, EEXIST, EINVAL, ENOENT, EPERM, EXDEV};
 use crate::fs::{Attr, FileType, NewNode, Owner};
 use crate::inode::Inode;
 use crate::mount::Mount;
-use crate::namei::{check_name, check_path};
+use crate::namei::{check_name, check_path, RefWalk};
+
+/// A new inode that memfs made for a name left without a dentry
+/// ([`Uncached`]), with the VFS reference it was born with, let go when
+/// this drops: then, unless something else holds it, only its name in
+/// memfs keeps it.
+pub(super) struct Born<'a> {
+    dc: &'a Dcache,
+    inode: *const Inode,
+}
+
+impl Born<'_> {
+    pub(super) fn inode(&self) -> &Inode {
+        // SAFETY: our reference keeps it.
+        unsafe { &*self.inode }
+    }
+}
+
+impl Drop for Born<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the reference it was born with, ours.
+        unsafe { self.dc.iput(self.inode) }
+    }
+}
+
+/// What a create of a name without a dentry came to
+/// ([`Vfs::create_uncached`]).
+pub(super) enum Made<'a, 'p> {
+    /// memfs made it: the walk (its mount) and the new inode.
+    Born(RefWalk<'a>, Born<'a>),
+    /// The name, looked up after all (with its dentry, negative if absent):
+    /// the caller goes on as for a name the dcache held.
+    Named(Named<'a, 'p>),
+}
 
 impl Vfs {
     // ---- creating names ----
@@ -95,6 +129,40 @@ impl Vfs {
         self.instantiate(dir, d, &attr)
     }
 
+    /// Creates `u`'s name (not a directory) through the bound memfs with
+    /// no dentry (see [`Uncached`]). Where a create with a dentry would
+    /// answer otherwise than by making the name (a trailing slash, a
+    /// directory the caller may not write, a name memfs has), the name is
+    /// looked up instead and the caller goes on as with a dentry, so that
+    /// each error comes where it does there (EEXIST before EACCES).
+    pub(super) fn create_uncached<'a, 'p>(
+        &'a self,
+        u: Uncached<'a, 'p>,
+        node: NewNode<'_>,
+        perm: u32,
+    ) -> Result<Made<'a, 'p>> {
+        debug_assert!(node.kind() != FileType::Dir);
+        let dc = self.dc();
+        let dir_attr = match self.may_create(&u.dir) {
+            Ok(a) if !u.trailing => a,
+            _ => return Ok(Made::Named(u.look_up(dc)?)),
+        };
+        let (owner, perm) = self.new_owner(&dir_attr, node.kind(), perm);
+        let dir_inode = u.dir.inode().expect("positive directory");
+        let sb = dir_inode.sb();
+        let m = sb.fs.as_memfs().expect("a directory of the bound memfs");
+        let made = m.create_bound(sb, dir_inode, u.name, &node, perm, owner, &dc.counters);
+        match made.expect("bound for the superblock's life") {
+            Ok(inode) => {
+                dir_inode.mark_stale();
+                let Uncached { _w: w, .. } = u;
+                Ok(Made::Born(w, Born { dc, inode }))
+            }
+            Err(e) if errno_of(&e) == EEXIST => Ok(Made::Named(u.look_up(dc)?)),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The common path of mkdir, mknod, symlink: the name must not exist.
     fn create_node(&self, start: Start, path: &[u8], node: NewNode<'_>, perm: u32) -> Result<()> {
         self.retry_estale(|| self.create_node_once(start, path, node, perm))
@@ -106,8 +174,14 @@ impl Vfs {
         let _g = self.state.global();
         // One read section for the whole update (`Dcache::hold_update`).
         let _rcu = self.dc().hold_update();
-        let Begun::Named(n) = self.begin_named(start, path)? else {
-            return fail(EEXIST);
+        let uncached = if kind == FileType::Dir { IfUncached::LookUp } else { IfUncached::Create };
+        let n = match self.begin_update(start, path, uncached)? {
+            Update::Named(n) => n,
+            Update::Uncached(u) => match self.create_uncached(u, node, perm)? {
+                Made::Born(..) => return Ok(()),
+                Made::Named(n) => n,
+            },
+            Update::Other(_) => return fail(EEXIST),
         };
         if n.child.inode().is_some() {
             return fail(EEXIST);
@@ -274,5 +348,97 @@ impl Vfs {
         } else {
             fail(EACCES)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cred::Cred;
+    use crate::file::OpenOptions;
+    use crate::vfs::Permissions;
+    use std::io::Write;
+
+    /// At the cache's size target, a create of a file, a symlink or a node
+    /// in a directory of the bound memfs that is not complete makes no
+    /// dentry (one would only make the shrinker free another), and answers
+    /// as a create with a dentry does: the same errors in the same order
+    /// (EEXIST before EACCES, a trailing slash), the same attributes, and
+    /// the file found, listed, read and opened afterwards. Every answer is
+    /// compared with a Vfs far from its target. Without the change, the
+    /// new names have dentries.
+    #[test]
+    fn creates_at_the_cache_target_make_no_dentry_and_answer_as_cached_ones() {
+        let mut answers = Vec::new();
+        for target in [64, 1 << 20] {
+            let v = Vfs::builder().dcache_target(target).build().unwrap();
+            let alice = v.with_cred(Cred::new(1000, 1000, &[]));
+            v.create_dir("/d").unwrap();
+            v.create_dir("/ro").unwrap();
+            v.write("/ro/there", b"").unwrap();
+            // Past the target the shrinker frees the oldest names: their
+            // directory is no longer complete.
+            for i in 0..200 {
+                v.write(format!("/d/old{i}"), b"").unwrap();
+            }
+            v.create_dir("/d/sub").unwrap();
+            // A cached name removed: in a directory that is not complete,
+            // its name goes to the directory's set of absent names, which
+            // the create of it again must take out.
+            drop(v.entry("/d/old199").unwrap());
+            v.remove_file("/d/old199").unwrap();
+            v.write("/d/old199", b"again").unwrap();
+            let made = ["empty", "data", "opened", "link", "fifo"];
+            v.write("/d/empty", b"").unwrap();
+            v.write("/d/data", b"data").unwrap();
+            let mut o = OpenOptions::new();
+            o.write(true).create_new(true).mode(0o600);
+            v.open("/d/opened", &o).unwrap().write_all(b"x").unwrap();
+            v.symlink("data", "/d/link").unwrap();
+            let d = v.entry("/d").unwrap();
+            v.mknod_at(&d, "fifo", FileType::Fifo, 0o640, 0).unwrap();
+            if target == 64 {
+                let dc = v.dc();
+                assert!(!d.dentry().is_complete());
+                for name in made {
+                    assert!(dc.d_lookup(d.dentry(), name.as_bytes()).is_none(), "{name} has a dentry");
+                }
+            }
+            let err = |r: Result<()>| r.err().map_or(0, |e| errno_of(&e));
+            let mut got = vec![
+                err(v.write("/d/data", b"new")),
+                err(v.write("/d/x/", b"")),
+                err(v.symlink("t", "/d/empty")),
+                err(v.symlink("t", "/d/y/")),
+                err(v.open("/d/data", &o).map(drop)),
+                err(v.open("/d/sub", &o).map(drop)),
+                err(alice.write("/ro/new", b"")),
+                err(alice.symlink("t", "/ro/there")),
+                err(alice.write("/ro/there", b"")),
+                err(v.metadata("/d/old199").map(drop)),
+            ];
+            let meta = |p: &str| {
+                let m = v.metadata(p).unwrap();
+                (m.file_type(), m.permissions().mode(), m.uid(), m.len())
+            };
+            assert_eq!(meta("/d/empty"), (FileType::File, 0o644, 0, 0));
+            assert_eq!(meta("/d/opened"), (FileType::File, 0o600, 0, 1));
+            assert_eq!(meta("/d/fifo"), (FileType::Fifo, 0o640, 0, 0));
+            assert_eq!(v.read("/d/data").unwrap(), b"new");
+            assert_eq!(v.read_link("/d/link").unwrap(), std::path::Path::new("data"));
+            let mut names: Vec<_> = v.read_dir("/d").unwrap().map(|e| e.unwrap().file_name()).collect();
+            names.sort();
+            assert_eq!(names.len(), 206);
+            assert_eq!(v.read("/d/old199").unwrap(), b"again");
+            v.remove_file("/d/empty").unwrap();
+            got.push(err(v.metadata("/d/empty").map(drop)));
+            v.set_permissions("/d", Permissions::from_mode(0o777)).unwrap();
+            alice.write("/d/alices", b"").unwrap();
+            got.push(v.metadata("/d/alices").unwrap().uid() as i32);
+            v.check_invariants().unwrap();
+            answers.push(got);
+        }
+        assert_eq!(answers[0], answers[1], "at the target / far from it");
+        assert_eq!(answers[0][..4], [0, libc::EISDIR, libc::EEXIST, libc::ENOENT]);
     }
 }

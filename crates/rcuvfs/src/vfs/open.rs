@@ -4,6 +4,8 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
+use super::create::{Born, Made};
+use super::walk::{IfUncached, Update};
 use super::{bytes, Begun, DirPin, Entry, Named, Start, StateRef, Vfs, VfsState};
 use crate::cred::{MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::dcache::DRef;
@@ -18,6 +20,27 @@ use crate::inode::Inode;
 const GONE_RETRIES: u32 = 8;
 use crate::mount::Mount;
 use crate::namei::{check_path, RefWalk};
+
+/// The file an open found or made: through its dentry, or, made by memfs
+/// with no dentry (see `walk::Uncached`), the new inode itself.
+enum Found<'a> {
+    Dentry(DRef<'a>),
+    Born(Born<'a>),
+}
+
+impl Found<'_> {
+    fn inode(&self) -> &Inode {
+        match self {
+            Found::Dentry(d) => d.inode().expect("positive"),
+            Found::Born(b) => b.inode(),
+        }
+    }
+}
+
+/// `open_create`'s answer, with the file through its dentry.
+fn found<'a>(r: (RefWalk<'a>, DRef<'a>, bool)) -> (RefWalk<'a>, Found<'a>, bool) {
+    (r.0, Found::Dentry(r.1), r.2)
+}
 
 impl Vfs {
     // ---- files ----
@@ -69,16 +92,26 @@ impl Vfs {
         let mut tries = 0;
         loop {
             let (w, d, created) = if opts.create_any() {
-                self.open_create(self.begin_named(start, path)?, opts)?
+                match self.begin_update(start, path, IfUncached::Create)? {
+                    Update::Uncached(u) => {
+                        let perm = opts.mode & 0o7777 & !self.umask;
+                        match self.create_uncached(u, NewNode::File, perm)? {
+                            Made::Born(w, b) => (w, Found::Born(b), true),
+                            Made::Named(n) => found(self.open_create(Begun::Named(n), opts)?),
+                        }
+                    }
+                    Update::Named(n) => found(self.open_create(Begun::Named(n), opts)?),
+                    Update::Other(_) => found(self.open_create(Begun::Other, opts)?),
+                }
             } else {
                 let (w, d) = if tries == 0 {
                     self.begin_walk(start, path, !opts.nofollow)?
                 } else {
                     self.begin_walk_locked(start, path, !opts.nofollow)?
                 };
-                (w, d, false)
+                (w, Found::Dentry(d), false)
             };
-            let inode = d.inode().expect("positive");
+            let inode = d.inode();
             match finish(w.mnt(), inode, created) {
                 // The file the walk found lost its last name and its data
                 // (a large file's go at once) before the open counted

@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::walk::{Removal, Uncached};
+use super::walk::{IfUncached, Uncached, Update};
 use super::{bytes, Entry, Start, Vfs};
 use crate::cred::{MAY_EXEC, MAY_WRITE};
 use crate::dcache::Dentry;
@@ -59,10 +59,10 @@ impl Vfs {
         let dc = self.dc();
         // One read section for the whole update (`Dcache::hold_update`).
         let _rcu = dc.hold_update();
-        let n = match self.begin_removal(start, path)? {
-            Removal::Named(n) => n,
-            Removal::Uncached(u) => return self.remove_uncached(u, false),
-            Removal::Other(_) => return fail(EISDIR),
+        let n = match self.begin_update(start, path, IfUncached::Remove)? {
+            Update::Named(n) => n,
+            Update::Uncached(u) => return self.remove_uncached(u, false),
+            Update::Other(_) => return fail(EISDIR),
         };
         let (dir, victim) = (n.dir(), &n.child);
         let dir_inode = dir.inode().expect("positive directory");
@@ -135,12 +135,12 @@ impl Vfs {
         // (`mount_on` takes it too). Names created in the victim meanwhile
         // are the filesystem's to refuse: its rmdir checks emptiness and
         // marks the directory removed in one step.
-        let n = match self.begin_removal(start, path)? {
-            Removal::Named(n) => n,
-            Removal::Uncached(u) => return self.remove_uncached(u, true),
-            Removal::Other(Last::Dot) => return fail(EINVAL),
-            Removal::Other(Last::DotDot) => return fail(ENOTEMPTY),
-            Removal::Other(_) => return fail(EBUSY),
+        let n = match self.begin_update(start, path, IfUncached::Remove)? {
+            Update::Named(n) => n,
+            Update::Uncached(u) => return self.remove_uncached(u, true),
+            Update::Other(Last::Dot) => return fail(EINVAL),
+            Update::Other(Last::DotDot) => return fail(ENOTEMPTY),
+            Update::Other(_) => return fail(EBUSY),
         };
         let (name, dir, victim) = (n.name, n.dir(), &n.child);
         let dir_inode = dir.inode().expect("positive directory");

@@ -68,43 +68,74 @@ impl Named<'_, '_> {
 }
 
 /// Where an update's walk ends: a name, locked, or ".", ".." or "/"
-/// (`Other`: which one, [`Removal::Other`] says).
+/// (`Other`: which one, [`Update::Other`] says).
 pub(super) enum Begun<'a, 'p> {
     Named(Named<'a, 'p>),
     Other,
 }
 
-/// The last name of an unlink or rmdir, locked, that the dcache holds no
-/// dentry for, in a directory of the memfs bound to this Vfs: the removal
-/// asks memfs alone and makes no dentry, which would only be killed again
-/// at once (and, past `dcache_target`, would first make the shrinker kill
-/// another). With no dentry, the name is no mount point and has no cached
-/// children. The name's lock keeps the dcache without one: every dentry
-/// of a name is made, or moved to it, under that name's lock.
+/// The last name of an update, locked, that the dcache holds no dentry
+/// for, in a directory of the memfs bound to this Vfs ([`IfUncached`]):
+/// the update asks memfs alone and makes no dentry. An unlink's would only
+/// be killed again at once; a create's, made while the cache is at its
+/// size target, would make the shrinker free another, older one. With no
+/// dentry, the name is no mount point and has no cached children. The
+/// name's lock keeps the dcache without one: every dentry of a name is
+/// made, or moved to it, under that name's lock.
 /// Fields drop in this order: the lock, then the directory.
 pub(super) struct Uncached<'a, 'p> {
     pub(super) _lock: NameGuard<'a>,
     pub(super) dir: DRef<'a>,
     pub(super) name: &'p [u8],
+    /// `name_hash(dir, name)`.
+    pub(super) hash: u64,
     /// The path ended in '/'.
     pub(super) trailing: bool,
     pub(super) _w: RefWalk<'a>,
 }
 
-/// Where the walk of an unlink or rmdir ends ([`Vfs::begin_removal`]).
-pub(super) enum Removal<'a, 'p> {
+impl<'a, 'p> Uncached<'a, 'p> {
+    /// Looks the name up after all, under the lock still held: the
+    /// dentry, negative if the name is absent. For a create that finds
+    /// the name present, or must answer as a create with a dentry would.
+    pub(super) fn look_up(self, dc: &'a Dcache) -> Result<Named<'a, 'p>> {
+        let child = dc.lookup_missed_h(&self.dir, self.name, self.hash, None)?;
+        let Uncached { _lock, dir, name, trailing, _w: w, .. } = self;
+        Ok(Named { child, _lock, dir: DirPin::Held(dir), name, trailing, w })
+    }
+}
+
+/// What the walk of an update makes of a last name the dcache holds no
+/// dentry for, in a directory of the memfs bound to this Vfs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum IfUncached {
+    /// Looks it up: a dentry, negative if the name is absent.
+    LookUp,
+    /// An unlink or rmdir: [`Update::Uncached`], unless the directory
+    /// knows the name absent (complete), where the miss is the answer.
+    Remove,
+    /// A create of a name that is not a directory: [`Update::Uncached`]
+    /// while the cache is at its size target, in a directory that is not
+    /// complete (a complete one would stop answering its misses itself,
+    /// and stays complete only while every name in it has a dentry).
+    /// Directories are made with their dentries: a walk into one follows.
+    Create,
+}
+
+/// Where the walk of an update ends ([`Vfs::begin_update`]).
+pub(super) enum Update<'a, 'p> {
     Named(Named<'a, 'p>),
     Uncached(Uncached<'a, 'p>),
     Other(Last<'p>),
 }
 
-impl<'a, 'p> Removal<'a, 'p> {
+impl<'a, 'p> Update<'a, 'p> {
     /// As a `Begun`, for a walk that did not ask for `Uncached`.
     fn begun(self) -> Begun<'a, 'p> {
         match self {
-            Removal::Named(n) => Begun::Named(n),
-            Removal::Other(_) => Begun::Other,
-            Removal::Uncached(_) => unreachable!("a name without its dentry where none was asked for"),
+            Update::Named(n) => Begun::Named(n),
+            Update::Other(_) => Begun::Other,
+            Update::Uncached(_) => unreachable!("a name without its dentry where none was asked for"),
         }
     }
 }
@@ -142,17 +173,17 @@ impl Vfs {
     /// else to the directory, pinned, then the name's lookup under its
     /// lock.
     pub(super) fn begin_named<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8]) -> Result<Begun<'a, 'p>> {
-        self.begin_name(start, path, false).map(Removal::begun)
+        self.begin_update(start, path, IfUncached::LookUp).map(Update::begun)
     }
 
-    /// [`begin_named`](Self::begin_named) for an unlink or rmdir: a name
-    /// the dcache does not hold, in a directory of the memfs bound to this
-    /// Vfs, is [`Uncached`], with no dentry made for it.
-    pub(super) fn begin_removal<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8]) -> Result<Removal<'a, 'p>> {
-        self.begin_name(start, path, true)
-    }
-
-    fn begin_name<'a, 'p>(&'a self, start: Start<'a>, path: &'p [u8], uncached: bool) -> Result<Removal<'a, 'p>> {
+    /// [`begin_named`](Self::begin_named) for an update that may leave its
+    /// last name without a dentry ([`Uncached`], as `uncached` says).
+    pub(super) fn begin_update<'a, 'p>(
+        &'a self,
+        start: Start<'a>,
+        path: &'p [u8],
+        uncached: IfUncached,
+    ) -> Result<Update<'a, 'p>> {
         let dc = self.dc();
         if self.state.mode.tries_rcu_walk() {
             let (m, d) = self.start_place(start)?;
@@ -164,7 +195,7 @@ impl Vfs {
                     // parent and inode unchanged): then `dir` is pinned.
                     if !child.seq.read_retry(cseq) {
                         let dir = DirPin::ByChild(dir);
-                        return Ok(Removal::Named(Named { child, _lock: lock, dir, name, trailing, w }));
+                        return Ok(Update::Named(Named { child, _lock: lock, dir, name, trailing, w }));
                     }
                 }
                 Some(Ok(NameWalk::Missing(w, p, hash))) => return self.lock_last_as(w, p, hash, uncached),
@@ -178,23 +209,23 @@ impl Vfs {
     /// Locks the last name of a walk that pinned its directory, and looks
     /// it up.
     pub(super) fn lock_last<'a, 'p>(&'a self, w: RefWalk<'a>, p: Parent<'a, 'p>) -> Result<Begun<'a, 'p>> {
-        self.lock_last_as(w, p, None, false).map(Removal::begun)
+        self.lock_last_as(w, p, None, IfUncached::LookUp).map(Update::begun)
     }
 
-    /// [`lock_last`](Self::lock_last); with `uncached`, a name the dcache
-    /// does not hold in a directory of the bound memfs is left without a
-    /// dentry ([`Uncached`]).
+    /// [`lock_last`](Self::lock_last); a name the dcache does not hold in
+    /// a directory of the bound memfs is left without a dentry
+    /// ([`Uncached`]) as `uncached` says.
     /// `hash`: the last name's under `p.dir`, if the walk computed it.
     fn lock_last_as<'a, 'p>(
         &'a self,
         w: RefWalk<'a>,
         p: Parent<'a, 'p>,
         hash: Option<u64>,
-        uncached: bool,
-    ) -> Result<Removal<'a, 'p>> {
+        uncached: IfUncached,
+    ) -> Result<Update<'a, 'p>> {
         let dc = self.dc();
         let Last::Normal(name) = p.last else {
-            return Ok(Removal::Other(p.last));
+            return Ok(Update::Other(p.last));
         };
         // Hashed once: the name's lock, the lookup, and the dentry a miss
         // makes use the same hash.
@@ -206,16 +237,28 @@ impl Vfs {
             // In a complete directory the miss is the answer (ENOENT, with a
             // negative dentry, below), as for a lookup: a name added behind
             // the cache is not seen there.
-            None if uncached
-                && bound_memfs_dir(&p.dir)
-                && !dc.certainly_absent_h(&dc.rcu.read_lock(), &p.dir, hash) =>
+            None if uncached != IfUncached::LookUp && bound_memfs_dir(&p.dir) && {
+                if uncached == IfUncached::Remove {
+                    !dc.certainly_absent_h(&dc.rcu.read_lock(), &p.dir, hash)
+                } else {
+                    // Once cleared, `COMPLETE` is never set again: the
+                    // directory stays one whose misses go on to memfs.
+                    dc.at_target() && !p.dir.is_complete()
+                }
+            } =>
             {
+                if uncached == IfUncached::Create {
+                    // A cached miss of the name goes before memfs has it,
+                    // as `lookup_fs` takes it out before a create with a
+                    // dentry: a reader that finds it read it before.
+                    dc.absent_forget(&p.dir, name, hash);
+                }
                 let (dir, trailing) = (p.dir, p.trailing);
-                return Ok(Removal::Uncached(Uncached { _lock: lock, dir, name, trailing, _w: w }));
+                return Ok(Update::Uncached(Uncached { _lock: lock, dir, name, hash, trailing, _w: w }));
             }
             None => dc.lookup_missed_h(&p.dir, name, hash, None)?,
         };
-        Ok(Removal::Named(Named { child, _lock: lock, dir: DirPin::Held(p.dir), name, trailing: p.trailing, w }))
+        Ok(Update::Named(Named { child, _lock: lock, dir: DirPin::Held(p.dir), name, trailing: p.trailing, w }))
     }
 
     /// The parent walk of an update: RCU-walk, pinning only the directory
