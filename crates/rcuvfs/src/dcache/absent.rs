@@ -25,8 +25,11 @@
 //! link, symlink, mknod, the destination of a rename): that lookup takes
 //! the entry out ([`absent_forget`](Dcache::absent_forget)) before the
 //! filesystem is called, and answers with a negative dentry, as it would
-//! have. So a reader that finds the entry (an RCU walk's probe, after its
-//! miss in the children index) read it before the change began. A dentry
+//! have. A create the VFS makes without a dentry (at the cache's size
+//! target, over the bound memfs: `IfUncached::Create`) takes the entry out
+//! itself, under the same lock, before memfs is called. So a reader that
+//! finds the entry (an RCU walk's probe, after its miss in the children
+//! index) read it before the change began. A dentry
 //! made or moved under the name by other means (a directory's alias moved
 //! into place) takes the entry out too. A change behind the cache reaches
 //! it through the filesystem's [`Notify`](crate::fs::Notify), which takes
