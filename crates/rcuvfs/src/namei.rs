@@ -52,6 +52,7 @@ use crate::dcache::{DRef, Dcache, Dentry, Spliced};
 use crate::error::{errno_of, fail, Result, EACCES, EINVAL, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR};
 use crate::fs::{FileType, Ino};
 use crate::hash::PathScan;
+use crate::inode::Inode;
 use crate::mount::{MntRef, Mount};
 use crate::sync::{MutexGuard, RcuGuard};
 
@@ -170,6 +171,14 @@ pub(crate) struct Stop {
     /// symlink to follow: its inode, if a bound memfs has it (see
     /// [`Dcache::fs_probe`]); else null.
     found: *const crate::inode::Inode,
+}
+
+/// What a pinned RCU walk ended with ([`Dcache::walk_rcu_pinned_as`]):
+/// a dentry with a reference, or an inode with a VFS reference (the
+/// caller's to put) where no dentry was made.
+pub(crate) enum Pinned<'a> {
+    Dentry(DRef<'a>),
+    Inode(*const Inode),
 }
 
 /// What a bound memfs says of a name the dcache does not hold
@@ -297,8 +306,9 @@ impl Dcache {
     /// made for the name until the change is done and the name's lock let
     /// go, and it is made from memfs's answer. (Such a create takes the
     /// name's cached miss out of the directory's set first, as a create's
-    /// lookup does: a reader that finds it read it before the change.) So memfs's answer alone could disagree with
-    /// what another reader, later, finds in the dcache. Hence a second,
+    /// lookup does: a reader that finds it read it before the change.) So
+    /// memfs's answer alone could disagree with what another reader,
+    /// later, finds in the dcache. Hence a second,
     /// clean probe of the dcache after memfs's: the changer put its dentry
     /// in the index before its memfs change, which this walk's memfs probe
     /// read (Acquire against the change's Release), so the second probe
@@ -352,6 +362,44 @@ impl Dcache {
             return None;
         }
         Some(a)
+    }
+
+    /// The inode a bound memfs found for the last name of RCU-walk `w`
+    /// ([`Stop`]'s `found`), with a VFS reference, and the walk in REF mode
+    /// holding its mount, if the place the walk found it in still holds:
+    /// no dentry made. For an open at the cache's size target, where a
+    /// dentry would only make the shrinker free another (the open file
+    /// holds its inode, not a dentry). The inode was the name's when the
+    /// walk probed memfs (`fs_probe`, with its clean second probe of the
+    /// dcache), so the open is of the file the path named then, as a
+    /// stat's `stat_found` reads it. `None`: fall back (not found so, a
+    /// dying inode, or the directory or the namespace changed).
+    /// `_guard` must be the read section the walk ran in.
+    #[cold]
+    pub(crate) fn pin_found<'a>(
+        &'a self,
+        _guard: &RcuGuard<'_>,
+        w: &RcuWalk<'a>,
+    ) -> Option<(RefWalk<'a>, *const Inode)> {
+        let s = w.stop?;
+        if s.found.is_null() {
+            return None;
+        }
+        // SAFETY: the walk reached all three in `_guard`'s read section,
+        // which the caller still holds (memfs, bound, frees through the
+        // same RCU).
+        let (i, d, m) = unsafe { (&*s.found, &*s.dir, &*s.mnt) };
+        // The mount first: nothing of its filesystem may outlive it.
+        let mref = self.mnt_get_rcu_checked(m, s.ms)?;
+        let ip = i.sb().itable.hold(i, &self.counters)?;
+        if d.seq.read_retry(s.seq) || self.ns_changed_since(s.ms) {
+            // SAFETY: the reference just taken.
+            unsafe { self.iput(ip) };
+            return None;
+        }
+        let mut rw = RefWalk::new(w.cred, mref);
+        rw.links = w.links;
+        Some((rw, ip))
     }
 
     /// Walks `path` from `(mnt, start, seq)` in RCU mode. Returns the final
@@ -553,20 +601,44 @@ impl Dcache {
         path: &[u8],
         follow: bool,
     ) -> RcuStep<(RefWalk<'a>, DRef<'a>)> {
+        match self.walk_rcu_pinned_as(cred, mnt, start, path, follow, false)? {
+            Ok((w, Pinned::Dentry(d))) => Some(Ok((w, d))),
+            Ok((_, Pinned::Inode(_))) => unreachable!("no inode alone was asked for"),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// [`walk_rcu_pinned`](Self::walk_rcu_pinned); with `inode_alone`, a
+    /// last name the dcache does not hold and a bound memfs does ends with
+    /// its inode and no dentry ([`pin_found`](Self::pin_found)).
+    pub(crate) fn walk_rcu_pinned_as<'a>(
+        &'a self,
+        cred: &'a Cred,
+        mnt: &'a Mount,
+        start: &'a Dentry,
+        path: &[u8],
+        follow: bool,
+        inode_alone: bool,
+    ) -> RcuStep<(RefWalk<'a>, Pinned<'a>)> {
         let guard = self.rcu.read_lock();
         let ms = self.ns.seq.read_begin()?;
         let sseq = start.seq.read_begin()?;
         let mut w = RcuWalk::new(cred);
         let Some(r) = self.walk_rcu(&guard, &mut w, mnt, start, sseq, path, follow) else {
+            if inode_alone {
+                if let Some((rw, ip)) = self.pin_found(&guard, &w) {
+                    return Some(Ok((rw, Pinned::Inode(ip))));
+                }
+            }
             let (mut rw, dir, rest) = self.unlazy(&guard, &w, path)?;
             drop(guard);
-            return Some(self.walk(&mut rw, dir, rest, follow).map(|d| (rw, d)));
+            return Some(self.walk(&mut rw, dir, rest, follow).map(|d| (rw, Pinned::Dentry(d))));
         };
         let (m, d, seq) = match r {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
-        self.pin_rcu(cred, &w, m, ms, d, seq).map(Ok)
+        self.pin_rcu(cred, &w, m, ms, d, seq).map(|(rw, d)| Ok((rw, Pinned::Dentry(d))))
     }
 
     /// Legitimizes the place where RCU-walk `w` stopped at a name that is

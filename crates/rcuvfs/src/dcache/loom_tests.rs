@@ -476,6 +476,72 @@ fn loom_uncached_create_vs_lookup() {
     });
 }
 
+/// An open at the cache's size target of a name the dcache does not hold
+/// (`Dcache::pin_found`, as `Vfs::begin_walk_file` calls it): the RCU walk
+/// finds the inode in the bound memfs and takes a VFS reference on it,
+/// racing an unlink with no dentry (`Vfs::remove_uncached`) that drops the
+/// name's last link, after which memfs frees the inode once nothing holds
+/// it. The open either gets no reference (the inode dying: it falls back)
+/// or holds a live inode until it puts it, and the in-core count comes
+/// back to what it was. Fails (a dead inode held, or the count off) when
+/// the reference is taken without `hold`'s check.
+#[test]
+fn loom_open_found_vs_uncached_unlink() {
+    use crate::fs::memfs::MemFs;
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let dc = cache_over_bounded(fs.clone(), 1 << 18);
+        let owner = crate::fs::Owner { uid: 0, gid: 0 };
+        let a = fs.create(fs.root(), b"x", 0o644, owner).unwrap();
+        // Only its name keeps it: the lookup the create counted, paid back.
+        fs.forget(a.ino, 1);
+        // The name was added behind the cache: the root is not complete.
+        dc.root().set_incomplete();
+        let inodes = dc.counters.inodes();
+        let x = {
+            let g = dc.rcu.read_lock();
+            let (root, sb) = (dc.root(), dc.root_sb());
+            fs.find_bound(sb, &g, root.inode().unwrap(), b"x").unwrap().unwrap() as *const crate::inode::Inode
+        };
+        let unlinker = {
+            let dc = dc.clone();
+            let fs = fs.clone();
+            thread::spawn(move || {
+                let (root, sb) = (dc.root(), dc.root_sb());
+                let lock = dc.names.lock(super::name_hash(root, b"x"));
+                assert!(dc.lookup_cached(root, b"x").unwrap().is_none());
+                fs.unlink_bound_checked(sb, root.inode().unwrap(), b"x", |_| Ok(())).unwrap().unwrap();
+                drop(lock);
+            })
+        };
+        thread::yield_now();
+        let cred = Cred::root();
+        {
+            let g = dc.rcu.read_lock();
+            let root = dc.root();
+            let seq = root.seq.read_begin().unwrap();
+            let mut w = RcuWalk::new(&cred);
+            if dc.walk_rcu(&g, &mut w, dc.ns.root(), root, seq, b"x", true).is_none() {
+                if let Some((rw, ip)) = dc.pin_found(&g, &w) {
+                    drop(g);
+                    thread::yield_now();
+                    // SAFETY: the reference `pin_found` took.
+                    let i = unsafe { &*ip };
+                    assert!(!i.is_dead(), "an open holds a freed inode");
+                    drop(rw);
+                    // SAFETY: as above: ours to put.
+                    unsafe { dc.iput(ip) };
+                }
+            }
+        }
+        unlinker.join().unwrap();
+        assert_eq!(dc.counters.inodes(), inodes, "in-core inodes counted back");
+        // SAFETY: the stand-in frees nothing before the model ends.
+        assert!(unsafe { &*x }.is_dead(), "the unlinked file's inode is freed");
+        check_cache(&dc);
+    });
+}
+
 /// Past the bound on negative dentries, an unlink whose `d_delete` may
 /// find its reference the only one (then it unhashes the dentry, and its
 /// own last `dput` kills it) or not (another holder's last `dput` does),

@@ -4,8 +4,8 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-use super::create::{Born, Made};
-use super::walk::{IfUncached, Update};
+use super::create::Made;
+use super::walk::{Found, IfUncached, Update};
 use super::{bytes, Begun, DirPin, Entry, Named, Start, StateRef, Vfs, VfsState};
 use crate::cred::{MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::dcache::DRef;
@@ -20,22 +20,6 @@ use crate::inode::Inode;
 const GONE_RETRIES: u32 = 8;
 use crate::mount::Mount;
 use crate::namei::{check_path, RefWalk};
-
-/// The file an open found or made: through its dentry, or, made by memfs
-/// with no dentry (see `walk::Uncached`), the new inode itself.
-enum Found<'a> {
-    Dentry(DRef<'a>),
-    Born(Born<'a>),
-}
-
-impl Found<'_> {
-    fn inode(&self) -> &Inode {
-        match self {
-            Found::Dentry(d) => d.inode().expect("positive"),
-            Found::Born(b) => b.inode(),
-        }
-    }
-}
 
 /// `open_create`'s answer, with the file through its dentry.
 fn found<'a>(r: (RefWalk<'a>, DRef<'a>, bool)) -> (RefWalk<'a>, Found<'a>, bool) {
@@ -96,7 +80,7 @@ impl Vfs {
                     Update::Uncached(u) => {
                         let perm = opts.mode & 0o7777 & !self.umask;
                         match self.create_uncached(u, NewNode::File, perm)? {
-                            Made::Born(w, b) => (w, Found::Born(b), true),
+                            Made::Born(w, b) => (w, Found::Inode(b), true),
                             Made::Named(n) => found(self.open_create(Begun::Named(n), opts)?),
                         }
                     }
@@ -104,12 +88,13 @@ impl Vfs {
                     Update::Other(_) => found(self.open_create(Begun::Other, opts)?),
                 }
             } else {
-                let (w, d) = if tries == 0 {
-                    self.begin_walk(start, path, !opts.nofollow)?
+                if tries == 0 {
+                    let (w, f) = self.begin_walk_file(start, path, !opts.nofollow)?;
+                    (w, f, false)
                 } else {
-                    self.begin_walk_locked(start, path, !opts.nofollow)?
-                };
-                (w, Found::Dentry(d), false)
+                    let (w, d) = self.begin_walk_locked(start, path, !opts.nofollow)?;
+                    (w, Found::Dentry(d), false)
+                }
             };
             let inode = d.inode();
             match finish(w.mnt(), inode, created) {

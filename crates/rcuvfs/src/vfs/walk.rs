@@ -6,8 +6,9 @@ use super::{Entry, Start, Vfs};
 use crate::dcache::names::NameGuard;
 use crate::dcache::{name_hash, DRef, Dcache, Dentry};
 use crate::error::{errno_of, Result};
+use crate::inode::Inode;
 use crate::mount::Mount;
-use crate::namei::{check_path, Last, NameWalk, Parent, RefWalk};
+use crate::namei::{check_path, Last, NameWalk, Parent, Pinned, RefWalk};
 
 /// How many times an update that answered ESTALE (a busy rename mutex or
 /// name lock) is tried again. Each try first waits for what was busy, so
@@ -29,6 +30,52 @@ fn bound_memfs_dir(dir: &Dentry) -> bool {
         let sb = i.sb();
         i.kind == crate::fs::FileType::Dir && sb.fs.as_memfs().is_some_and(|m| m.bound_to(sb))
     })
+}
+
+/// A VFS reference on an in-core inode that no dentry of the caller's
+/// holds: one memfs made for a name left without a dentry ([`Uncached`]),
+/// or one an open found in memfs with no dentry made
+/// (`Dcache::pin_found`). Put when this drops: then, unless something
+/// else holds it, only its names in memfs keep it.
+pub(super) struct IRef<'a> {
+    dc: &'a Dcache,
+    inode: *const Inode,
+}
+
+impl<'a> IRef<'a> {
+    /// # Safety
+    /// The caller owns one VFS reference on `inode`, which this takes.
+    pub(super) unsafe fn adopt(dc: &'a Dcache, inode: *const Inode) -> IRef<'a> {
+        IRef { dc, inode }
+    }
+
+    pub(super) fn inode(&self) -> &Inode {
+        // SAFETY: our reference keeps it.
+        unsafe { &*self.inode }
+    }
+}
+
+impl Drop for IRef<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the reference this holds.
+        unsafe { self.dc.iput(self.inode) }
+    }
+}
+
+/// The file a walk found or an open made: through its dentry, or, where
+/// none was made, the inode itself.
+pub(super) enum Found<'a> {
+    Dentry(DRef<'a>),
+    Inode(IRef<'a>),
+}
+
+impl Found<'_> {
+    pub(super) fn inode(&self) -> &Inode {
+        match self {
+            Found::Dentry(d) => d.inode().expect("positive"),
+            Found::Inode(i) => i.inode(),
+        }
+    }
 }
 
 /// How an update holds the directory it works in.
@@ -298,6 +345,33 @@ impl Vfs {
         let (mut w, s) = self.begin(start, path)?;
         let d = dc.walk(&mut w, s, path, follow)?;
         Ok((w, d))
+    }
+
+    /// [`begin_walk`](Self::begin_walk) for an open, which holds its
+    /// file's inode and no dentry: at the cache's size target, a last name
+    /// the dcache does not hold and the bound memfs does ends with that
+    /// inode alone, no dentry made (one would only make the shrinker free
+    /// another).
+    pub(super) fn begin_walk_file<'a>(
+        &'a self,
+        start: Start<'a>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<(RefWalk<'a>, Found<'a>)> {
+        let dc = self.dc();
+        if self.state.mode.tries_rcu_walk() {
+            let (m, d) = self.start_place(start)?;
+            if let Some(r) = dc.walk_rcu_pinned_as(&self.cred, m, d, path, follow, dc.at_target()) {
+                return r.map(|(w, p)| match p {
+                    Pinned::Dentry(d) => (w, Found::Dentry(d)),
+                    // SAFETY: the walk's reference, ours.
+                    Pinned::Inode(ip) => (w, Found::Inode(unsafe { IRef::adopt(dc, ip) })),
+                });
+            }
+        }
+        let (mut w, s) = self.begin(start, path)?;
+        let d = dc.walk(&mut w, s, path, follow)?;
+        Ok((w, Found::Dentry(d)))
     }
 
     pub(super) fn entry_from(&self, start: Start, path: &[u8], follow: bool) -> Result<Entry> {
