@@ -105,8 +105,9 @@ impl Vfs {
                 // lock, as the kernel's open walks again on ESTALE. Each
                 // retry follows a completed unlink or rename; the bound is
                 // for a name renamed over without end.
-                Err(e) if inode.data_gone() && tries < GONE_RETRIES => {
-                    debug_assert_eq!(errno_of(&e), ENOENT);
+                // (Only its ENOENT: a check that failed first, EACCES or
+                // EISDIR, is the answer whatever the data did meanwhile.)
+                Err(e) if errno_of(&e) == ENOENT && inode.data_gone() && tries < GONE_RETRIES => {
                     tries += 1;
                 }
                 r => return r,
