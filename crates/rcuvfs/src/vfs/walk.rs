@@ -335,16 +335,10 @@ impl Vfs {
         path: &[u8],
         follow: bool,
     ) -> Result<(RefWalk<'a>, DRef<'a>)> {
-        let dc = self.dc();
-        if self.state.mode.tries_rcu_walk() {
-            let (m, d) = self.start_place(start)?;
-            if let Some(r) = dc.walk_rcu_pinned(&self.cred, m, d, path, follow) {
-                return r;
-            }
+        match self.begin_walk_as(start, path, follow, false)? {
+            (w, Found::Dentry(d)) => Ok((w, d)),
+            (_, Found::Inode(_)) => unreachable!("no inode alone was asked for"),
         }
-        let (mut w, s) = self.begin(start, path)?;
-        let d = dc.walk(&mut w, s, path, follow)?;
-        Ok((w, d))
     }
 
     /// [`begin_walk`](Self::begin_walk) for an open, which holds its
@@ -358,10 +352,21 @@ impl Vfs {
         path: &[u8],
         follow: bool,
     ) -> Result<(RefWalk<'a>, Found<'a>)> {
+        self.begin_walk_as(start, path, follow, self.dc().at_target())
+    }
+
+    #[inline(always)]
+    fn begin_walk_as<'a>(
+        &'a self,
+        start: Start<'a>,
+        path: &[u8],
+        follow: bool,
+        inode_alone: bool,
+    ) -> Result<(RefWalk<'a>, Found<'a>)> {
         let dc = self.dc();
         if self.state.mode.tries_rcu_walk() {
             let (m, d) = self.start_place(start)?;
-            if let Some(r) = dc.walk_rcu_pinned_as(&self.cred, m, d, path, follow, dc.at_target()) {
+            if let Some(r) = dc.walk_rcu_pinned_as(&self.cred, m, d, path, follow, inode_alone) {
                 return r.map(|(w, p)| match p {
                     Pinned::Dentry(d) => (w, Found::Dentry(d)),
                     // SAFETY: the walk's reference, ours.
