@@ -86,10 +86,11 @@
 //!
 //! Order: home locks of different keys in (index address, hash) order (see
 //! [`Index::lock2`]); a thread that holds a home lock never waits for a
-//! resize (it gets [`Full`] or [`Moved`] and lets go first), and a resize
-//! waits only for home locks, which are held briefly, so resizes and writers
-//! cannot wait on each other in a cycle. Callers' own locks come before home
-//! locks (the dcache takes `d_lock`, then a home lock).
+//! resize (it gets [`InsertError::Full`] or [`Moved`] and lets go first),
+//! and a resize waits only for home locks, which are held briefly, so
+//! resizes and writers cannot wait on each other in a cycle. Callers' own
+//! locks come before home locks (the dcache takes `d_lock`, then a home
+//! lock).
 //!
 //! # Resize
 //!
