@@ -284,14 +284,15 @@ impl Vfs {
             // In a complete directory the miss is the answer (ENOENT, with a
             // negative dentry, below), as for a lookup: a name added behind
             // the cache is not seen there.
-            None if uncached != IfUncached::LookUp && bound_memfs_dir(&p.dir) && {
-                if uncached == IfUncached::Remove {
-                    !dc.certainly_absent_h(&dc.rcu.read_lock(), &p.dir, hash)
-                } else {
-                    // Once cleared, `COMPLETE` is never set again: the
-                    // directory stays one whose misses go on to memfs.
-                    dc.at_target() && !p.dir.is_complete()
+            None if match uncached {
+                IfUncached::LookUp => false,
+                IfUncached::Remove => {
+                    bound_memfs_dir(&p.dir) && !dc.certainly_absent_h(&dc.rcu.read_lock(), &p.dir, hash)
                 }
+                // One load first, which below the target is the answer.
+                // Once cleared, `COMPLETE` is never set again: the
+                // directory stays one whose misses go on to memfs.
+                IfUncached::Create => dc.at_target() && !p.dir.is_complete() && bound_memfs_dir(&p.dir),
             } =>
             {
                 if uncached == IfUncached::Create {
