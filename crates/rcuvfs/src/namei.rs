@@ -608,9 +608,11 @@ impl Dcache {
         }
     }
 
-    /// [`walk_rcu_pinned`](Self::walk_rcu_pinned); with `inode_alone`, a
-    /// last name the dcache does not hold and a bound memfs does ends with
-    /// its inode and no dentry ([`pin_found`](Self::pin_found)).
+    /// [`walk_rcu_pinned`](Self::walk_rcu_pinned); with `inode_alone`, at
+    /// the cache's size target, a last name the dcache does not hold and a
+    /// bound memfs does ends with its inode and no dentry
+    /// ([`pin_found`](Self::pin_found)). The target is looked at only
+    /// then: a walk of cached names reads nothing more.
     pub(crate) fn walk_rcu_pinned_as<'a>(
         &'a self,
         cred: &'a Cred,
@@ -625,7 +627,7 @@ impl Dcache {
         let sseq = start.seq.read_begin()?;
         let mut w = RcuWalk::new(cred);
         let Some(r) = self.walk_rcu(&guard, &mut w, mnt, start, sseq, path, follow) else {
-            if inode_alone {
+            if inode_alone && self.at_target() {
                 if let Some((rw, ip)) = self.pin_found(&guard, &w) {
                     return Some(Ok((rw, Pinned::Inode(ip))));
                 }

@@ -331,7 +331,9 @@ impl Dcache {
 
     /// Whether the cache holds its size target of dentries or more: a
     /// dentry made now would only make the shrinker free another (see
-    /// `Vfs`'s creates without a dentry). One load of the total.
+    /// `Vfs`'s creates without a dentry). One load of the total. Relaxed,
+    /// both: a hint (as for the shrinker), which either answer leaves
+    /// correct.
     #[inline]
     pub(crate) fn at_target(&self) -> bool {
         self.counters.dentries.approx() >= self.target.load(std::sync::atomic::Ordering::Relaxed) as i64

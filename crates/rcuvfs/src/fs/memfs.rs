@@ -12,8 +12,9 @@
 //! directory here, plus a dentry in the dcache while one is cached (not
 //! made at all by a create at the cache's size target, which would only
 //! evict another: the VFS's RCU walk reads this memfs's index for names it
-//! lacks), and an update is visible to the VFS the moment memfs makes it. Served any other way (a second `Vfs`,
-//! a wrapper), memfs is an ordinary filesystem and the VFS keeps copies.
+//! lacks), and an update is visible to the VFS the moment memfs makes it.
+//! Served any other way (a second `Vfs`, a wrapper), memfs is an ordinary
+//! filesystem and the VFS keeps copies.
 //!
 //! A bound memfs changes through its `Vfs`, which is what lets that `Vfs`
 //! know a directory complete (`VfsBuilder::complete_dirs`) and answer a

@@ -353,7 +353,7 @@ impl Vfs {
         path: &[u8],
         follow: bool,
     ) -> Result<(RefWalk<'a>, Found<'a>)> {
-        self.begin_walk_as(start, path, follow, self.dc().at_target())
+        self.begin_walk_as(start, path, follow, true)
     }
 
     #[inline(always)]
