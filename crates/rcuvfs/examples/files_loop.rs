@@ -6,7 +6,8 @@
 //!   cargo run --release -p rcuvfs --example files_loop -- [stat|nostat] N ROUNDS
 //!
 //! Each round uses a fresh Vfs (with `REUSE` in the environment, one Vfs
-//! for all rounds; `ROUNDS` prints each round's create figure).
+//! for all rounds; `ROUNDS` prints each round's create figure; `TARGET=n`
+//! builds it with a cache target of `n` dentries).
 use rcuvfs::Vfs;
 use std::time::Instant;
 #[global_allocator]
@@ -22,7 +23,11 @@ fn main() -> std::io::Result<()> {
     let mut keep = None;
     for _ in 0..rounds {
         if !reuse || keep.is_none() {
-            let v = Vfs::builder().build()?;
+            let mut b = Vfs::builder();
+            if let Some(t) = std::env::var("TARGET").ok().and_then(|t| t.parse().ok()) {
+                b = b.dcache_target(t);
+            }
+            let v = b.build()?;
             for d in 0..1000 {
                 v.create_dir(format!("/d{d}"))?;
             }

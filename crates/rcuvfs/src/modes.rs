@@ -68,6 +68,17 @@ impl RefMode {
         matches!(self, RefMode::RcuWalk | RefMode::NoRefs)
     }
 
+    /// A file (not a directory) made in a directory of the bound memfs
+    /// gets no dentry, and an open of one finds its inode without making
+    /// one: memfs's index, which the RCU walk reads, answers for the name
+    /// as well as a dentry would (see `Dcache::creates_bare`). Only where
+    /// a stat takes no reference: in `rcuwalk` a stat pins the final
+    /// dentry, so the first stat of the name would make it anyway.
+    #[inline(always)]
+    pub(crate) fn leaves_bare(self) -> bool {
+        self == RefMode::NoRefs
+    }
+
     /// Stat pins the final dentry (a get and a put), as Linux's
     /// `vfs_statx` does through `path_put`.
     #[inline(always)]

@@ -627,7 +627,7 @@ impl Dcache {
         let sseq = start.seq.read_begin()?;
         let mut w = RcuWalk::new(cred);
         let Some(r) = self.walk_rcu(&guard, &mut w, mnt, start, sseq, path, follow) else {
-            if inode_alone && self.at_target() {
+            if inode_alone && self.opens_bare() {
                 if let Some((rw, ip)) = self.pin_found(&guard, &w) {
                     return Some(Ok((rw, Pinned::Inode(ip))));
                 }

@@ -138,9 +138,10 @@ impl Dcache {
 
     /// Whether a miss in `dir` may be cached in its set: not in a complete
     /// directory (which answers misses itself, and whose updates may skip
-    /// the lookup that takes an entry out).
+    /// the lookup that takes an entry out), nor where memfs answers for the
+    /// names of files ([`files_bare`](Dcache::files_bare)), as cheaply.
     pub(crate) fn caches_absent(&self, dir: &Dentry) -> bool {
-        !dir.is_complete()
+        !dir.is_complete() && !self.files_bare(dir.sb())
     }
 
     /// Records that the filesystem just said `name` (hash `hash`) is absent

@@ -144,6 +144,10 @@ fn cache_over(fs: Arc<dyn FileSystem>) -> Arc<Dcache> {
 /// over a bound memfs unhash its dentry (`kills_removed`) instead of
 /// turning it negative.
 fn cache_over_bounded(fs: Arc<dyn FileSystem>, negative_target: usize) -> Arc<Dcache> {
+    cache_with(fs, negative_target, false)
+}
+
+fn cache_with(fs: Arc<dyn FileSystem>, negative_target: usize, bare_leaves: bool) -> Arc<Dcache> {
     let o = DcacheOptions {
         packed: false,
         lock_only: false,
@@ -151,6 +155,7 @@ fn cache_over_bounded(fs: Arc<dyn FileSystem>, negative_target: usize) -> Arc<Dc
         target: 1 << 20,
         negative_target,
         complete_dirs: true,
+        bare_leaves,
     };
     Arc::new(Dcache::new(fs, o).unwrap())
 }
@@ -472,6 +477,67 @@ fn loom_uncached_create_vs_lookup() {
         creator.join().unwrap();
         assert!(dc.lookup_positive(dc.root(), b"x").is_ok(), "a created name answered ENOENT");
         assert_ne!(rcu_stat_x(&dc), Some(false), "a created name answered ENOENT in RCU-walk");
+        check_cache(&dc);
+    });
+}
+
+/// Whether a stat of `x` in RCU-walk finds it (`Some(true)`), with a
+/// dentry or in memfs alone (`stat_found`), answers ENOENT (`Some(false)`),
+/// or falls back to REF-walk (`None`).
+fn rcu_stat_x_found(dc: &Dcache) -> Option<bool> {
+    let cred = Cred::root();
+    let g = dc.rcu.read_lock();
+    let root = dc.root();
+    let seq = root.seq.read_begin().unwrap();
+    let mut w = RcuWalk::new(&cred);
+    match dc.walk_rcu(&g, &mut w, dc.ns.root(), root, seq, b"x", true) {
+        Some(r) => Some(r.is_ok()),
+        None => dc.stat_found(&g, &w).map(|_| true),
+    }
+}
+
+/// A create of a file in a `COMPLETE` directory of the bound memfs, in the
+/// default mode, which makes it no dentry (`Dcache::creates_bare`): the
+/// name's lock, a cached lookup that misses, the directory's `COMPLETE`
+/// cleared, then memfs's create; racing two stats in RCU-walk, which
+/// answer a miss from the flag while it is set. A stat that found the name
+/// must not be followed by one that answers ENOENT, and after the create
+/// the name is found. Fails (ENOENT at the end) when the create leaves
+/// the flag set.
+#[test]
+fn loom_bare_create_in_a_complete_dir_vs_stats() {
+    use crate::fs::memfs::MemFs;
+    use crate::fs::NewNode;
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let dc = cache_with(fs.clone(), 1 << 18, true);
+        assert!(dc.root().is_complete(), "an empty memfs root is complete");
+        let creator = {
+            let (dc, fs) = (dc.clone(), fs.clone());
+            thread::spawn(move || {
+                let (root, sb) = (dc.root(), dc.root_sb());
+                let hash = super::name_hash(root, b"x");
+                let lock = dc.names.lock(hash);
+                assert!(dc.lookup_cached(root, b"x").unwrap().is_none(), "only this thread makes x");
+                assert!(dc.creates_bare(root, |_| true));
+                dc.absent_forget(root, b"x", hash);
+                let owner = crate::fs::Owner { uid: 0, gid: 0 };
+                let ip = fs.create_bound(sb, root.inode().unwrap(), b"x", &NewNode::File, 0o644, owner, &dc.counters);
+                let ip = ip.unwrap().unwrap();
+                // SAFETY: the reference the inode was born with.
+                unsafe { dc.iput(ip) };
+                drop(lock);
+            })
+        };
+        thread::yield_now();
+        let first = rcu_stat_x_found(&dc);
+        let second = rcu_stat_x_found(&dc);
+        assert!(!(first == Some(true) && second == Some(false)), "found, then ENOENT");
+        creator.join().unwrap();
+        assert_eq!(rcu_stat_x_found(&dc), Some(true), "a created name not found in RCU-walk");
+        assert!(dc.d_lookup(dc.root(), b"x").is_none(), "the create made a dentry");
+        // A REF lookup (a handle's) makes the dentry.
+        assert!(dc.lookup_positive(dc.root(), b"x").is_ok(), "a created name answered ENOENT");
         check_cache(&dc);
     });
 }

@@ -512,10 +512,12 @@ mod tests {
     /// A removed file's dentry turns negative in place and moves to the
     /// negative list as the youngest; a pass over the whole cache still
     /// frees in one list's order, the oldest first, whichever list holds
-    /// it: here the files never removed, not the names just removed.
+    /// it: here the files never removed, not the names just removed. (In
+    /// `rcuwalk`: in the default mode a file made through the Vfs has no
+    /// dentry, and a removed one leaves none, `Dcache::files_bare`.)
     #[test]
     fn a_removed_names_dentry_moves_to_the_negative_list_and_a_pass_over_both_frees_the_oldest() {
-        let vfs = Vfs::builder().build().unwrap();
+        let vfs = Vfs::builder().mode(crate::RefMode::RcuWalk).build().unwrap();
         for i in 0..100 {
             vfs.write(format!("/f{i}"), b"").unwrap();
         }
@@ -530,8 +532,7 @@ mod tests {
         assert_eq!(c.dentries(), before - 50);
         assert_eq!(c.negative_dentries(), 50, "freed a name removed after the files still cached");
         for i in 50..100 {
-            // Looked up again from memfs for a handle: each makes a dentry
-            // (a stat would read memfs's inode and make none).
+            // Looked up again from memfs for a handle: each makes a dentry.
             drop(vfs.entry(format!("/f{i}")).unwrap());
         }
         assert_eq!(c.dentries(), before);
@@ -573,15 +574,17 @@ mod tests {
 
     /// The second chance goes to what was used again: a dentry whose count
     /// dropped to zero once is the first to go (Linux's `d_lru_add`), one
-    /// looked up since is spared. 100 files made, 50 of them looked up
-    /// again; a pass that frees 50 frees the other 50. (When every new
-    /// dentry started referenced, the pass spent all 100 second chances
-    /// and then freed in list order: the 50 looked up again first.)
+    /// looked up since is spared. 100 files made and looked up for a
+    /// handle (which makes each its dentry: the create made none), 50 of
+    /// them looked up again; a pass that frees 50 frees the other 50. (When
+    /// every new dentry started referenced, the pass spent all 100 second
+    /// chances and then freed in list order: the 50 looked up again first.)
     #[test]
     fn a_pass_frees_the_dentries_used_once_before_those_looked_up_again() {
         let vfs = Vfs::builder().build().unwrap();
         for i in 0..100 {
             vfs.write(format!("/f{i}"), b"").unwrap();
+            drop(vfs.entry(format!("/f{i}")).unwrap());
         }
         for i in 0..50 {
             vfs.metadata(format!("/f{i}")).unwrap();

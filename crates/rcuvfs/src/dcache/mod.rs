@@ -202,6 +202,8 @@ pub(crate) struct Dcache {
     /// Directories of a filesystem that changes only through this cache
     /// may be `COMPLETE` (the builder's `complete_dirs`).
     complete_dirs: bool,
+    /// Files made in the bound memfs get no dentry ([`creates_bare`](Self::creates_bare)).
+    bare_leaves: bool,
 }
 
 // SAFETY: `root` is owned by the cache and lives as long as it; the
@@ -223,6 +225,9 @@ pub(crate) struct DcacheOptions {
     pub target: usize,
     pub negative_target: usize,
     pub complete_dirs: bool,
+    /// Files made in the bound memfs get no dentry (the mode's
+    /// `leaves_bare`).
+    pub bare_leaves: bool,
 }
 
 impl Dcache {
@@ -240,6 +245,7 @@ impl Dcache {
             target: std::sync::atomic::AtomicUsize::new(target),
             negative_target: o.negative_target,
             complete_dirs: o.complete_dirs,
+            bare_leaves: o.bare_leaves,
             root: ptr::null(),
             supers: Mutex::new(Vec::new()),
             blocking_supers: Default::default(),
@@ -327,6 +333,60 @@ impl Dcache {
         self.dirs_can_be_complete(d.sb())
             && (self.counters.negative.approx() >= self.negative_target as i64
                 || d.parent().children.slots(&self.rcu.read_lock()) >= CROWDED_SLOTS)
+    }
+
+    /// Whether a create of a file (not a directory) in `dir`, whose name
+    /// lock the caller holds and of which the cache holds no dentry for
+    /// the name, leaves the name without a dentry (`Vfs`'s creates without
+    /// one, `Update::Uncached`). `bound`: whether `dir` is a directory of
+    /// the bound memfs, which must be so:
+    ///
+    /// - **In the mode that makes files no dentry (`bare_leaves`), always**
+    ///   where memfs answers for the directory's names in the RCU walk
+    ///   (`fs_probe`): memfs keeps the name in its own index, which a
+    ///   walk reads as cheaply as the dcache's, so a dentry would be the
+    ///   name's second copy, and its making and unmaking most of what a
+    ///   create and an unlink cost (count-ops: 20 of a create's 42 atomic
+    ///   operations). The directory stops being `COMPLETE` here, before
+    ///   memfs has the name (its insert publishes the cleared flag, as a
+    ///   removal's index change does): its misses go on to memfs from now
+    ///   on, the cost of one more probe.
+    /// - **Otherwise, at the cache's size target** ([`at_target`](Self::at_target)),
+    ///   in a directory that is not complete: a dentry made then would only
+    ///   make the shrinker free another.
+    #[inline]
+    pub(crate) fn creates_bare(&self, dir: &Dentry, bound: impl FnOnce(&Dentry) -> bool) -> bool {
+        if self.bare_leaves {
+            if !bound(dir) || !self.files_bare(dir.sb()) {
+                return false;
+            }
+            dir.set_incomplete();
+            return true;
+        }
+        // One load first, which below the target is the answer. Once
+        // cleared, `COMPLETE` is never set again: the directory stays one
+        // whose misses go on to memfs.
+        self.at_target() && !dir.is_complete() && bound(dir)
+    }
+
+    /// Whether names of files in `sb` have no dentry but where something
+    /// needs one (a handle's lookup, a link, a rename): in the mode that
+    /// makes files none (`bare_leaves`), where memfs, bound here, answers
+    /// for the directories' names in the RCU walk (`fs_probe`). There a
+    /// removed file's name leaves nothing behind (`d_delete`), and no miss
+    /// is cached in a set of absent names: memfs's index answers as soon.
+    #[inline]
+    pub(crate) fn files_bare(&self, sb: &Super) -> bool {
+        self.bare_leaves && self.dirs_can_be_complete(sb)
+    }
+
+    /// Whether an open of a name the cache does not hold, which the bound
+    /// memfs has, takes its inode without making a dentry
+    /// (`Dcache::pin_found`): as for [`creates_bare`](Self::creates_bare),
+    /// always in the mode that makes files no dentry, else at the target.
+    #[inline]
+    pub(crate) fn opens_bare(&self) -> bool {
+        self.bare_leaves || self.at_target()
     }
 
     /// Whether the cache holds its size target of dentries or more: a

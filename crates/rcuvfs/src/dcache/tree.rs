@@ -422,7 +422,9 @@ impl Dcache {
     /// last reference kills it. Where the parent caches misses in its set
     /// of absent names (`absent`), the only holder's file is unhashed too,
     /// and its name goes into the set: a removed file leaves 16 bytes, not
-    /// a dentry.
+    /// a dentry. Where files have no dentry but where something needs one
+    /// (`files_bare`), the only holder's file is unhashed, its name left
+    /// nowhere.
     pub fn d_delete(&self, d: &Dentry) {
         let g = d.lockref().lock();
         // The caller's reference the only one: no child either (children
@@ -432,7 +434,9 @@ impl Dcache {
         // Where a lookup's miss would be cached in the parent's set of
         // absent names, so is this one (16 bytes, not a dentry kept).
         let to_set = sole && file && self.caches_absent(d.parent());
-        let kill = sole && (to_set || self.kills_removed(d));
+        // Where files have no dentry (`files_bare`), a removed one leaves
+        // none: memfs answers for its name.
+        let kill = sole && (to_set || (file && self.files_bare(d.sb())) || self.kills_removed(d));
         if kill && file {
             // A file: out of the index under the lock we hold (the name is
             // gone, so its parent stays complete); the caller's last

@@ -159,6 +159,7 @@ impl VfsBuilder {
                 target: dcache_target,
                 negative_target: self.negative_dentries.unwrap_or(dcache_target / 4),
                 complete_dirs: self.complete_dirs,
+                bare_leaves: self.mode.leaves_bare(),
             },
         )?;
         let state = VfsState {

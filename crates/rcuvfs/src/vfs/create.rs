@@ -337,21 +337,24 @@ mod tests {
     use crate::vfs::Permissions;
     use std::io::Write;
 
-    /// At the cache's size target, a create of a file, a symlink or a node
-    /// in a directory of the bound memfs that is not complete makes no
-    /// dentry (one would only make the shrinker free another), and answers
-    /// as a create with a dentry does: the same errors in the same order
+    /// Four caches, each a reference mode and a size target:
+    /// (`rcuwalk`, far) makes a dentry for every create; the three others
+    /// make none for a file, a symlink or a node in a directory of the
+    /// bound memfs: the default mode (`norefs`, `Dcache::files_bare`) at
+    /// any size, the others at the size target where the directory is not
+    /// complete (a dentry would only make the shrinker free another). Each
+    /// answers as the first does: the same errors in the same order
     /// (EEXIST before EACCES, a trailing slash), the same attributes, and
-    /// the file found, listed, read and opened afterwards. Every answer is
-    /// compared with a Vfs far from its target. Without the change, the
-    /// new names have dentries.
+    /// the file found, listed, read and opened afterwards. Without the
+    /// change, the new names have dentries.
     #[test]
-    fn creates_at_the_cache_target_make_no_dentry_and_answer_as_cached_ones() {
+    fn creates_without_dentries_answer_as_creates_with_them() {
+        use crate::RefMode::{NoRefs, RcuWalk};
         // Past a target of 64 either way; fewer under Miri.
         let n: usize = if cfg!(miri) { 100 } else { 200 };
         let mut answers = Vec::new();
-        for target in [64, 1 << 20] {
-            let v = Vfs::builder().dcache_target(target).build().unwrap();
+        for (target, mode) in [(1 << 20, RcuWalk), (64, RcuWalk), (64, NoRefs), (1 << 20, NoRefs)] {
+            let v = Vfs::builder().dcache_target(target).mode(mode).build().unwrap();
             let alice = v.with_cred(Cred::new(1000, 1000, &[]));
             v.create_dir("/d").unwrap();
             v.create_dir("/ro").unwrap();
@@ -362,9 +365,10 @@ mod tests {
                 v.write(format!("/d/old{i}"), b"").unwrap();
             }
             v.create_dir("/d/sub").unwrap();
-            // A cached name removed: in a directory that is not complete,
-            // its name goes to the directory's set of absent names, which
-            // the create of it again must take out.
+            // A cached name removed: in a directory that is not complete
+            // and whose files have dentries, its name goes to the
+            // directory's set of absent names, which the create of it
+            // again must take out.
             let again = format!("/d/old{}", n - 1);
             drop(v.entry(&again).unwrap());
             v.remove_file(&again).unwrap();
@@ -378,13 +382,12 @@ mod tests {
             v.symlink("data", "/d/link").unwrap();
             let d = v.entry("/d").unwrap();
             v.mknod_at(&d, "fifo", FileType::Fifo, 0o640, 0).unwrap();
-            if target == 64 {
-                let dc = v.dc();
-                assert!(!d.dentry().is_complete());
-                for name in made {
-                    assert!(dc.d_lookup(d.dentry(), name.as_bytes()).is_none(), "{name} has a dentry");
-                }
+            let dc = v.dc();
+            for name in made {
+                let cached = dc.d_lookup(d.dentry(), name.as_bytes()).is_some();
+                assert_eq!(cached, (target, mode) == (1 << 20, RcuWalk), "{name} in {} at {target}", mode.name());
             }
+            assert_eq!(d.dentry().is_complete(), (target, mode) == (1 << 20, RcuWalk));
             let err = |r: Result<()>| r.err().map_or(0, |e| errno_of(&e));
             let mut got = vec![
                 err(v.write("/d/data", b"new")),
@@ -419,24 +422,29 @@ mod tests {
             v.check_invariants().unwrap();
             answers.push(got);
         }
-        assert_eq!(answers[0], answers[1], "at the target / far from it");
+        for a in &answers[1..] {
+            assert_eq!(&answers[0], a, "with dentries / without");
+        }
         assert_eq!(answers[0][..4], [0, libc::EISDIR, libc::EEXIST, libc::ENOENT]);
     }
 
-    /// At the cache's size target, an open of a name the dcache does not
-    /// hold in a directory of the bound memfs makes no dentry: the open
-    /// file holds the inode memfs has for the name. Every answer (data,
-    /// errors, a symlink followed or refused, a directory, a trailing
-    /// slash, another user's access) is compared with a Vfs far from its
-    /// target. Without the change, the names opened have dentries.
+    /// An open of a name the dcache does not hold in a directory of the
+    /// bound memfs makes no dentry in the default mode (`norefs`), and in
+    /// the others at the cache's size target: the open file holds the
+    /// inode memfs has for the name. Every answer (data, errors, a symlink
+    /// followed or refused, a directory, a trailing slash, another user's
+    /// access) is compared with a cache that makes the dentries (`rcuwalk`
+    /// far from its target). Without the change, the names opened have
+    /// dentries.
     #[test]
-    fn opens_at_the_cache_target_make_no_dentry_and_answer_as_cached_ones() {
+    fn opens_without_dentries_answer_as_opens_with_them() {
+        use crate::RefMode::{NoRefs, RcuWalk};
         use std::io::Read;
         // Past a target of 64 either way; fewer under Miri (minutes).
         let n: usize = if cfg!(miri) { 80 } else { 200 };
         let mut answers = Vec::new();
-        for target in [64, 1 << 20] {
-            let v = Vfs::builder().dcache_target(target).build().unwrap();
+        for (target, mode) in [(1 << 20, RcuWalk), (64, RcuWalk), (64, NoRefs), (1 << 20, NoRefs)] {
+            let v = Vfs::builder().dcache_target(target).mode(mode).build().unwrap();
             let alice = v.with_cred(Cred::new(1000, 1000, &[]));
             v.create_dir("/d").unwrap();
             v.write("/d/secret", b"s").unwrap();
@@ -462,10 +470,9 @@ mod tests {
             let mut s = String::new();
             v.open("/d/f5", OpenOptions::new().read(true)).unwrap().read_to_string(&mut s).unwrap();
             got.push(s.into_bytes());
-            if target == 64 {
-                for i in (0..n).step_by(7) {
-                    assert!(v.dc().d_lookup(d.dentry(), format!("f{i}").as_bytes()).is_none(), "f{i} has a dentry");
-                }
+            for i in (0..n).step_by(7) {
+                let cached = v.dc().d_lookup(d.dentry(), format!("f{i}").as_bytes()).is_some();
+                assert_eq!(cached, (target, mode) == (1 << 20, RcuWalk), "f{i} in {} at {target}", mode.name());
             }
             let err = |r: Result<crate::file::File>| r.err().map_or(0, |e| errno_of(&e)).to_string().into_bytes();
             let read = OpenOptions::new().read(true).clone();
@@ -484,7 +491,9 @@ mod tests {
             v.check_invariants().unwrap();
             answers.push(got);
         }
-        assert_eq!(answers[0], answers[1], "at the target / far from it");
+        for a in &answers[1..] {
+            assert_eq!(&answers[0], a, "with dentries / without");
+        }
         let k = n.div_ceil(7);
         assert_eq!((&answers[0][k][..], &answers[0][k + 1][..]), (&b"55"[..], &b"0"[..]));
     }

@@ -289,10 +289,7 @@ impl Vfs {
                 IfUncached::Remove => {
                     bound_memfs_dir(&p.dir) && !dc.certainly_absent_h(&dc.rcu.read_lock(), &p.dir, hash)
                 }
-                // One load first, which below the target is the answer.
-                // Once cleared, `COMPLETE` is never set again: the
-                // directory stays one whose misses go on to memfs.
-                IfUncached::Create => dc.at_target() && !p.dir.is_complete() && bound_memfs_dir(&p.dir),
+                IfUncached::Create => dc.creates_bare(&p.dir, bound_memfs_dir),
             } =>
             {
                 if uncached == IfUncached::Create {
