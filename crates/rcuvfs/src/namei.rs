@@ -300,8 +300,10 @@ impl Dcache {
     /// positive after), an unlink's, rmdir's or rename's positive dentry
     /// (held by the remover until it is negative or moved, after memfs's
     /// removal); or, for an unlink or rmdir of a name the dcache does not
-    /// hold, and for a create at the cache's size target in a directory
-    /// that is not complete (`Update::Uncached`), no dentry at all, which
+    /// hold, and for a create of a file that makes it no dentry
+    /// (`Update::Uncached`: in the default mode, where the directory
+    /// stops being complete first, and in the others at the cache's size
+    /// target in a directory that is not complete), no dentry at all, which
     /// leaves nothing in the dcache to disagree with memfs: none can be
     /// made for the name until the change is done and the name's lock let
     /// go, and it is made from memfs's answer. (Such a create takes the
@@ -313,6 +315,20 @@ impl Dcache {
     /// in the index before its memfs change, which this walk's memfs probe
     /// read (Acquire against the change's Release), so the second probe
     /// sees that dentry (no clean miss: ask) or a later state of its slot.
+    ///
+    /// Why a miss is true when no change of the name runs: memfs's index
+    /// may hide a name while it is being inserted. An insert that claimed
+    /// a slot past one another writer was vacating takes its entry back
+    /// out and claims again (`sync::index`'s module doc), so a reader may
+    /// see the name, then miss it, until the insert returns. A create
+    /// holds the name's lock across that insert. So the lock's word is
+    /// loaded (Acquire) before memfs's probe, and a miss read while it was
+    /// held is asked about under the lock instead (REF-walk). A miss read
+    /// after it was free is true: a reader that saw the name before (in
+    /// this thread, or in one this thread heard from) saw the create's
+    /// lock taken, so now it loads that lock held, or free again after the
+    /// insert, whose final slot its probe then reads (`hash`: the name's,
+    /// `name_hash(dir, name)`).
     #[cold]
     #[inline(never)]
     pub(crate) fn fs_probe<'g>(
@@ -321,6 +337,7 @@ impl Dcache {
         dir: &Dentry,
         di: &'g crate::inode::Inode,
         name: &[u8],
+        hash: u64,
     ) -> FsAnswer<'g> {
         // The dentry's superblock, not the inode's owner (see
         // `prefetch_fs_name`); and only while this cache is the only one
@@ -330,13 +347,15 @@ impl Dcache {
         if !self.dirs_can_be_complete(sb) {
             return FsAnswer::Ask;
         }
+        let busy = self.names.held(hash);
         let Some(found) = sb.fs.as_memfs().and_then(|m| m.find_bound(sb, guard, di, name)) else {
             return FsAnswer::Ask;
         };
-        if !self.misses_cleanly(guard, dir, name) {
+        if !self.misses_cleanly_h(guard, dir, hash) {
             return FsAnswer::Ask;
         }
         match found {
+            None if busy => FsAnswer::Ask,
             None => FsAnswer::Absent,
             Some(i) => FsAnswer::Found(i),
         }
@@ -367,9 +386,10 @@ impl Dcache {
     /// The inode a bound memfs found for the last name of RCU-walk `w`
     /// ([`Stop`]'s `found`), with a VFS reference, and the walk in REF mode
     /// holding its mount, if the place the walk found it in still holds:
-    /// no dentry made. For an open at the cache's size target, where a
-    /// dentry would only make the shrinker free another (the open file
-    /// holds its inode, not a dentry). The inode was the name's when the
+    /// no dentry made. For an open in the default mode, where files have
+    /// no dentry (`files_bare`), and at the cache's size target in the
+    /// others, where a dentry would only make the shrinker free another
+    /// (the open file holds its inode, not a dentry). The inode was the name's when the
     /// walk probed memfs (`fs_probe`, with its clean second probe of the
     /// dcache), so the open is of the file the path named then, as a
     /// stat's `stat_found` reads it. `None`: fall back (not found so, a
@@ -484,7 +504,7 @@ impl Dcache {
                         if self.certainly_absent_h(guard, cur, hash) || self.absent_known(guard, cur, name, hash) {
                             return validated(cur, seq, ENOENT);
                         }
-                        let found = match self.fs_probe(guard, cur, ci, name) {
+                        let found = match self.fs_probe(guard, cur, ci, name, hash) {
                             FsAnswer::Absent => return validated(cur, seq, ENOENT),
                             FsAnswer::Found(i) if last && !trailing && !(follow && i.kind == FileType::Symlink) => {
                                 i as *const crate::inode::Inode
@@ -608,11 +628,12 @@ impl Dcache {
         }
     }
 
-    /// [`walk_rcu_pinned`](Self::walk_rcu_pinned); with `inode_alone`, at
-    /// the cache's size target, a last name the dcache does not hold and a
-    /// bound memfs does ends with its inode and no dentry
-    /// ([`pin_found`](Self::pin_found)). The target is looked at only
-    /// then: a walk of cached names reads nothing more.
+    /// [`walk_rcu_pinned`](Self::walk_rcu_pinned); with `inode_alone`,
+    /// where opens make no dentry ([`opens_bare`](Self::opens_bare): in the
+    /// default mode, else at the cache's size target), a last name the
+    /// dcache does not hold and a bound memfs does ends with its inode and
+    /// no dentry ([`pin_found`](Self::pin_found)). The target is looked at
+    /// only then: a walk of cached names reads nothing more.
     pub(crate) fn walk_rcu_pinned_as<'a>(
         &'a self,
         cred: &'a Cred,

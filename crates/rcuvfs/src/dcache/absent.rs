@@ -25,9 +25,11 @@
 //! link, symlink, mknod, the destination of a rename): that lookup takes
 //! the entry out ([`absent_forget`](Dcache::absent_forget)) before the
 //! filesystem is called, and answers with a negative dentry, as it would
-//! have. A create the VFS makes without a dentry (at the cache's size
-//! target, over the bound memfs: `IfUncached::Create`) takes the entry out
-//! itself, under the same lock, before memfs is called. So a reader that
+//! have. A create the VFS makes without a dentry (over the bound memfs:
+//! `IfUncached::Create`) takes the entry out itself, under the same lock,
+//! before memfs is called. (In the default mode, where files made in the
+//! bound memfs have no dentry, its directories keep no set at all:
+//! `Dcache::files_bare`.) So a reader that
 //! finds the entry (an RCU walk's probe, after its miss in the children
 //! index) read it before the change began. A dentry
 //! made or moved under the name by other means (a directory's alias moved

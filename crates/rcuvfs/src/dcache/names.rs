@@ -68,6 +68,15 @@ impl NameLocks {
         self.stripes[a].0.try_lock().then(|| NameGuard { locks: self, a, b: None })
     }
 
+    /// Whether someone holds the stripe of the name whose hash is `hash`
+    /// (a change of that name may be under way, or of another on its
+    /// stripe): one Acquire load, for a reader that takes no lock
+    /// (`Dcache::fs_probe`).
+    #[inline]
+    pub fn held(&self, hash: u64) -> bool {
+        self.stripes[Self::stripe(hash)].0.is_locked_acquire()
+    }
+
     /// Whether two names share a stripe (one lock covers both).
     pub fn same_stripe(h1: u64, h2: u64) -> bool {
         Self::stripe(h1) == Self::stripe(h2)

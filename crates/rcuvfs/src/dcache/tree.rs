@@ -61,12 +61,14 @@ impl Dcache {
     /// Release, so what the dropper did before (clearing `COMPLETE`) is
     /// visible to the caller's next load. With an unusable candidate there
     /// is no such guarantee (its flags and name are read Relaxed), so only
-    /// a clean miss in a `COMPLETE` directory is an answer.
+    /// a clean miss in a `COMPLETE` directory is an answer. (By name, for
+    /// the loom models; the walk has the hash.)
+    #[cfg(loom)]
     pub(crate) fn misses_cleanly(&self, guard: &RcuGuard<'_>, parent: &Dentry, name: &[u8]) -> bool {
         self.misses_cleanly_h(guard, parent, name_hash(parent, name))
     }
 
-    /// [`misses_cleanly`](Self::misses_cleanly) for a caller that has the
+    /// `misses_cleanly` (above) for a caller that has the
     /// name's hash (`name_hash(parent, name)`).
     pub(crate) fn misses_cleanly_h(&self, guard: &RcuGuard<'_>, parent: &Dentry, hash: u64) -> bool {
         // Any entry under the tag stops the probe: no clean miss.
@@ -118,7 +120,7 @@ impl Dcache {
     /// Whether the name whose hash (`name_hash(dir, name)`) is `hash` is
     /// certainly not in `dir`: `dir` is `COMPLETE` (and its superblock
     /// still trusts that) and a probe of its index met no entry under the
-    /// name's tag (see [`misses_cleanly`](Self::misses_cleanly)). The RCU
+    /// name's tag (see [`misses_cleanly_h`](Self::misses_cleanly_h)). The RCU
     /// walk asks after a miss (so the walk of a cached path pays nothing);
     /// `lookup_fs` asks holding the name's lock, so that no create of it
     /// runs meanwhile.

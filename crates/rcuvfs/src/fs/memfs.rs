@@ -9,10 +9,12 @@
 //! memfs bound to a superblock (see [`MemFs::bind`]: the `Vfs` it is the
 //! root of, or the first that mounts it in the same RCU domain) lends that
 //! table to it: a file then exists once, as one inode and one name in its
-//! directory here, plus a dentry in the dcache while one is cached (not
-//! made at all by a create at the cache's size target, which would only
-//! evict another: the VFS's RCU walk reads this memfs's index for names it
-//! lacks), and an update is visible to the VFS the moment memfs makes it.
+//! directory here, plus a dentry in the dcache while one is cached (for a
+//! file, in the VFS's default mode, only once something needs one, a
+//! handle's lookup, a link or a rename; in the other modes, none made by a
+//! create at the cache's size target, which would only evict another: the
+//! VFS's RCU walk reads this memfs's index for names it lacks), and an
+//! update is visible to the VFS the moment memfs makes it.
 //! Served any other way (a second `Vfs`, a wrapper), memfs is an ordinary
 //! filesystem and the VFS keeps copies.
 //!
@@ -266,7 +268,7 @@ unsafe impl Sync for Dirent {}
 /// `key >> 1`, readdir's cookie, is never 0 (the first cookie) and below
 /// 2^63 - 4: a cookie must fit an `off_t` (`seekdir` through a mount takes
 /// an `lseek`), with room for FUSE's "." and "..".
-fn name_key(name: &[u8]) -> u64 {
+pub(crate) fn name_key(name: &[u8]) -> u64 {
     (crate::hash::name_hash(0, name) | 1).clamp(3, u64::MAX - 8)
 }
 

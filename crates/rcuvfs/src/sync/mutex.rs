@@ -92,6 +92,13 @@ impl RawMutex {
         self.state.load(Ordering::Relaxed) & LOCKED != 0
     }
 
+    /// [`is_locked`](Self::is_locked) with an Acquire load: what a holder
+    /// wrote before the release seen here is visible to what the caller
+    /// loads next (a reader that only looks, and stores nothing).
+    pub fn is_locked_acquire(&self) -> bool {
+        self.state.load(Ordering::Acquire) & LOCKED != 0
+    }
+
     fn addr(&self) -> usize {
         &self.state as *const _ as usize
     }

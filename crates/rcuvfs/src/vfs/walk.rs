@@ -124,8 +124,10 @@ pub(super) enum Begun<'a, 'p> {
 /// The last name of an update, locked, that the dcache holds no dentry
 /// for, in a directory of the memfs bound to this Vfs ([`IfUncached`]):
 /// the update asks memfs alone and makes no dentry. An unlink's would only
-/// be killed again at once; a create's, made while the cache is at its
-/// size target, would make the shrinker free another, older one. With no
+/// be killed again at once; a create's would be the name's second copy
+/// (memfs's index answers for it in the RCU walk: the default mode), or,
+/// made while the cache is at its size target, would make the shrinker
+/// free another, older one (the other modes). With no
 /// dentry, the name is no mount point and has no cached children. The
 /// name's lock keeps the dcache without one: every dentry of a name is
 /// made, or moved to it, under that name's lock.
@@ -162,10 +164,12 @@ pub(super) enum IfUncached {
     /// knows the name absent (complete), where the miss is the answer.
     Remove,
     /// A create of a name that is not a directory: [`Update::Uncached`]
-    /// while the cache is at its size target, in a directory that is not
-    /// complete (a complete one would stop answering its misses itself,
-    /// and stays complete only while every name in it has a dentry).
-    /// Directories are made with their dentries: a walk into one follows.
+    /// where [`Dcache::creates_bare`] says so: in the default mode always
+    /// (the directory stops being complete), in the others while the cache
+    /// is at its size target, in a directory that is not complete (a
+    /// complete one answers its misses itself, and stays complete only
+    /// while every name in it has a dentry). Directories are made with
+    /// their dentries: a walk into one follows.
     Create,
 }
 
@@ -340,10 +344,11 @@ impl Vfs {
     }
 
     /// [`begin_walk`](Self::begin_walk) for an open, which holds its
-    /// file's inode and no dentry: at the cache's size target, a last name
-    /// the dcache does not hold and the bound memfs does ends with that
-    /// inode alone, no dentry made (one would only make the shrinker free
-    /// another).
+    /// file's inode and no dentry: in the default mode, and at the cache's
+    /// size target in the others (`Dcache::opens_bare`), a last name the
+    /// dcache does not hold and the bound memfs does ends with that inode
+    /// alone, no dentry made (it would be the name's second copy, or make
+    /// the shrinker free another).
     pub(super) fn begin_walk_file<'a>(
         &'a self,
         start: Start<'a>,
