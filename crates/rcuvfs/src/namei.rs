@@ -979,8 +979,10 @@ impl Dcache {
         let sb = dir.dir_sb();
         let absent = |known: bool| {
             // A negative dentry where one is wanted, or where the set may
-            // not cache the miss (a complete directory: see `absent`).
-            if dentry || (!known && !self.caches_absent(dir)) {
+            // not cache the miss (a complete directory: see `absent`); none
+            // where memfs answers for files' names (`files_bare`: the RCU
+            // walk asks it).
+            if dentry || (!known && !self.caches_absent(dir) && !self.files_bare(sb)) {
                 Spliced::Done(self.d_add_h(dir, name, hash, std::ptr::null()))
             } else {
                 if !known {

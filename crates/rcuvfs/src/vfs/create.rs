@@ -428,6 +428,37 @@ mod tests {
         assert_eq!(answers[0][..4], [0, libc::EISDIR, libc::EEXIST, libc::ENOENT]);
     }
 
+    /// In the default mode, a miss that goes on to REF-walk in a directory
+    /// whose files have no dentry caches nothing: memfs answers the next
+    /// one in the RCU walk as it would have. A handle's lookup of a name
+    /// whose lock another thread holds goes on to REF-walk (`fs_probe`
+    /// trusts no miss then) and waits there. Fails (a negative dentry per
+    /// miss) when `lookup_fs` makes one there.
+    #[test]
+    fn a_miss_among_files_without_dentries_caches_nothing() {
+        let v = Vfs::new();
+        v.create_dir("/d").unwrap();
+        v.write("/d/f", b"").unwrap();
+        let counts = |v: &Vfs| {
+            let s = v.stats();
+            (s.dentries, s.negative_dentries, s.absent_names)
+        };
+        let before = counts(&v);
+        let d = v.entry("/d").unwrap();
+        for i in 0..4 {
+            let name = format!("m{i}");
+            let lock = v.dc().names.lock(crate::dcache::name_hash(d.dentry(), name.as_bytes()));
+            std::thread::scope(|s| {
+                let looker = s.spawn(|| v.entry(format!("/d/{name}")).err().map(|e| errno_of(&e)));
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                drop(lock);
+                assert_eq!(looker.join().unwrap(), Some(libc::ENOENT));
+            });
+        }
+        assert_eq!(counts(&v), before);
+        assert!(v.metadata("/d/f").is_ok());
+    }
+
     /// An open of a name the dcache does not hold in a directory of the
     /// bound memfs makes no dentry in the default mode (`norefs`), and in
     /// the others at the cache's size target: the open file holds the
