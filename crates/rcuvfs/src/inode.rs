@@ -65,6 +65,10 @@ struct Times {
     /// The inode's alias lock (the dentries that name it are listed under
     /// it, Linux's `i_lock` over `i_dentry`), in what would be padding.
     alias_lock: crate::sync::RawMutex,
+    /// Set by the first stat or open that found the inode in the bound
+    /// memfs with no dentry ([`Inode::first_seen`]), in what would be
+    /// padding too. Plain std atomic: a hint, part of no protocol.
+    seen: std::sync::atomic::AtomicBool,
 }
 
 const ATIME: usize = 0;
@@ -77,6 +81,7 @@ impl Times {
             sec: [AtomicI64::new(a.atime.sec), AtomicI64::new(a.mtime.sec), AtomicI64::new(a.ctime.sec)],
             nsec: [AtomicU32::new(a.atime.nsec), AtomicU32::new(a.mtime.nsec), AtomicU32::new(a.ctime.nsec)],
             alias_lock: crate::sync::RawMutex::new(),
+            seen: std::sync::atomic::AtomicBool::new(false),
         }
     }
     fn load(&self, k: usize) -> Timespec {
@@ -1010,6 +1015,19 @@ impl Inode {
     /// Whether the inode has been marked for freeing.
     pub(crate) fn is_dead(&self) -> bool {
         self.refs.count_hint() == DEAD
+    }
+
+    /// Whether this is the first stat or open that found the inode in the
+    /// bound memfs with no dentry (`Dcache::stays_bare`): `true` once,
+    /// storing the mark then (a load only after).
+    pub(crate) fn first_seen(&self) -> bool {
+        let s = &self.times.seen;
+        if s.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
+        s.store(true, std::sync::atomic::Ordering::Relaxed);
+        crate::sync::audit::shared_writes(1);
+        true
     }
 
     /// The count of open files (in the list node's spare word).

@@ -366,7 +366,9 @@ impl Dcache {
     /// in still holds: read under the inode's count, then the directory's
     /// and the namespace's counts checked. No dentry is made: a stat of a
     /// name the cache dropped costs a probe of memfs's index and one of its
-    /// inode. `_guard` must be the read section the walk ran in.
+    /// inode. (`None` for a name stat'ed before, below the cache's target:
+    /// the walk that follows makes its dentry, [`stays_bare`](Self::stays_bare).)
+    /// `_guard` must be the read section the walk ran in.
     #[cold]
     pub(crate) fn stat_found(&self, _guard: &RcuGuard<'_>, w: &RcuWalk) -> Option<crate::fs::Attr> {
         let s = w.stop?;
@@ -377,7 +379,7 @@ impl Dcache {
         // caller still holds (memfs, bound, frees through the same RCU).
         let (i, d) = unsafe { (&*s.found, &*s.dir) };
         let a = i.attr();
-        if d.seq.read_retry(s.seq) || self.ns_changed_since(s.ms) {
+        if d.seq.read_retry(s.seq) || self.ns_changed_since(s.ms) || !self.stays_bare(i) {
             return None;
         }
         Some(a)
@@ -393,7 +395,8 @@ impl Dcache {
     /// walk probed memfs (`fs_probe`, with its clean second probe of the
     /// dcache), so the open is of the file the path named then, as a
     /// stat's `stat_found` reads it. `None`: fall back (not found so, a
-    /// dying inode, or the directory or the namespace changed).
+    /// dying inode, the directory or the namespace changed, or a name
+    /// opened before, below the target: [`stays_bare`](Self::stays_bare)).
     /// `_guard` must be the read section the walk ran in.
     #[cold]
     pub(crate) fn pin_found<'a>(
@@ -409,6 +412,9 @@ impl Dcache {
         // which the caller still holds (memfs, bound, frees through the
         // same RCU).
         let (i, d, m) = unsafe { (&*s.found, &*s.dir, &*s.mnt) };
+        if !self.stays_bare(i) {
+            return None; // a name opened again: the walk makes its dentry
+        }
         // The mount first: nothing of its filesystem may outlive it.
         let mref = self.mnt_get_rcu_checked(m, s.ms)?;
         let ip = i.sb().itable.hold(i, &self.counters)?;
@@ -509,11 +515,15 @@ impl Dcache {
                             FsAnswer::Found(i) if last && !trailing && !(follow && i.kind == FileType::Symlink) => {
                                 i as *const crate::inode::Inode
                             }
-                            _ => std::ptr::null(),
+                            FsAnswer::Found(_) => std::ptr::null(),
+                            FsAnswer::Ask => {
+                                // REF-walk asks the filesystem next, from
+                                // here (memfs's line is loaded already
+                                // where it answered).
+                                Self::prefetch_fs_name(guard, cur, ci, name);
+                                std::ptr::null()
+                            }
                         };
-                        // Not cached: REF-walk asks the filesystem next,
-                        // from here (a stat may read what memfs found).
-                        Self::prefetch_fs_name(guard, cur, ci, name);
                         if TOP {
                             let at = name.as_ptr() as usize - path.as_ptr() as usize;
                             w.stop = Some(Stop { mnt, dir: cur, seq, ms, at, found });

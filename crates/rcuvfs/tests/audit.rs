@@ -40,6 +40,12 @@ fn norefs_stat_writes_nothing_shared() {
     let p = Vfs::builder().layout(Layout::Packed).build().unwrap();
     p.create_dir_all("/d0/d1/d2").unwrap();
     p.write(PATH, b"x").unwrap();
+    // A file made through the Vfs has no dentry: its first stat reads
+    // memfs's index and marks the inode (one store); the second makes the
+    // dentry (`Dcache::stays_bare`); from then on the path is cached.
+    let before = audit::count();
+    p.metadata(PATH).unwrap();
+    assert_eq!(audit::count() - before, 1, "a first stat of a file with no dentry marks it");
     p.metadata(PATH).unwrap();
     assert_eq!(writes_per_stat(&p), 0);
     let _ = v.metadata("/d0/missing");
@@ -142,7 +148,9 @@ fn a_stat_that_asks_the_filesystem_stores_nothing_on_the_ancestors() {
 fn a_stat_that_memfs_answers_writes_nothing_shared() {
     // Names the cache dropped, in directories no longer complete: a bound
     // memfs answers a stat (from its inode) and a miss in the RCU walk,
-    // with no dentry made, no lock, no reference.
+    // with no dentry made, no lock, no reference: the one store is the
+    // mark a first stat leaves on the inode (`Dcache::stays_bare`; the
+    // second makes the dentry, and the path is cached from then on).
     let v = Vfs::builder().build().unwrap();
     v.create_dir_all("/d0/d1/d2").unwrap();
     for i in 0..20 {
@@ -155,7 +163,8 @@ fn a_stat_that_memfs_answers_writes_nothing_shared() {
         let before = audit::count();
         assert_eq!(v.metadata(&f).unwrap().len(), 1);
         assert!(v.metadata(&m).is_err());
-        assert_eq!(audit::count() - before, 0, "{f}");
+        assert_eq!(audit::count() - before, 1, "{f}: the first stat's mark");
+        assert_eq!(v.stats().dentries, 4, "{f}: a dentry made (the root and three directories only)");
     }
 }
 

@@ -459,6 +459,38 @@ mod tests {
         assert!(v.metadata("/d/f").is_ok());
     }
 
+    /// A file made with no dentry gets one at its second stat or open below
+    /// the cache's size target (a name used over and over walks as any
+    /// cached path does), none at its first, and none at the target (here
+    /// handles' lookups fill the cache to it). Fails (no dentry after the
+    /// second) without `Dcache::stays_bare`'s mark.
+    #[test]
+    fn a_file_stated_or_opened_twice_gets_its_dentry_below_the_target() {
+        let read = OpenOptions::new().read(true).clone();
+        for (target, want) in [(1 << 20, true), (64, false)] {
+            let v = Vfs::builder().dcache_target(target).build().unwrap();
+            v.create_dir("/d").unwrap();
+            for i in 0..100 {
+                v.write(format!("/d/pad{i}"), b"").unwrap();
+                drop(v.entry(format!("/d/pad{i}")).unwrap());
+            }
+            v.write("/d/f", b"x").unwrap();
+            v.write("/d/g", b"x").unwrap();
+            let d = v.entry("/d").unwrap();
+            let cached = |n: &str| v.dc().d_lookup(d.dentry(), n.as_bytes()).is_some();
+            v.metadata("/d/f").unwrap();
+            assert!(!cached("f"), "a first stat at {target}");
+            assert_eq!(v.metadata("/d/f").unwrap().len(), 1);
+            assert_eq!(cached("f"), want, "a second stat at {target}");
+            drop(v.open("/d/g", &read).unwrap());
+            assert!(!cached("g"), "a first open at {target}");
+            drop(v.open("/d/g", &read).unwrap());
+            assert_eq!(cached("g"), want, "a second open at {target}");
+            drop(d);
+            v.check_invariants().unwrap();
+        }
+    }
+
     /// An open of a name the dcache does not hold in a directory of the
     /// bound memfs makes no dentry in the default mode (`norefs`), and in
     /// the others at the cache's size target: the open file holds the
