@@ -437,6 +437,27 @@ fn uncached_removal_vs_lookup(dir: bool) {
     });
 }
 
+/// Makes `x` in the root as `Vfs::create_uncached` does, with no dentry:
+/// the name's lock, a cached lookup that misses, (`bare`: the root's
+/// `COMPLETE` cleared, `Dcache::creates_bare`), the name's cached miss
+/// taken out, memfs's create, and the new inode's reference let go.
+fn create_x_uncached(dc: &Dcache, fs: &crate::fs::memfs::MemFs, bare: bool) {
+    use crate::fs::NewNode;
+    let (root, sb) = (dc.root(), dc.root_sb());
+    let hash = super::name_hash(root, b"x");
+    let lock = dc.names.lock(hash);
+    assert!(dc.lookup_cached(root, b"x").unwrap().is_none(), "only this thread makes x");
+    if bare {
+        assert!(dc.creates_bare(root, |_| true));
+    }
+    dc.absent_forget(root, b"x", hash);
+    let owner = crate::fs::Owner { uid: 0, gid: 0 };
+    let ip = fs.create_bound(sb, root.inode().unwrap(), b"x", &NewNode::File, 0o644, owner, &dc.counters);
+    // SAFETY: the reference the inode was born with.
+    unsafe { dc.iput(ip.unwrap().unwrap()) };
+    drop(lock);
+}
+
 /// A create of a name the dcache holds no dentry for, over the bound
 /// memfs, as the VFS does it at the cache's size target
 /// (`Vfs::create_uncached`): the name's lock, a cached lookup that misses,
@@ -449,26 +470,13 @@ fn uncached_removal_vs_lookup(dir: bool) {
 #[test]
 fn loom_uncached_create_vs_lookup() {
     use crate::fs::memfs::MemFs;
-    use crate::fs::NewNode;
     model(|| {
         let fs = Arc::new(MemFs::default());
         let dc = cache_over_bounded(fs.clone(), 1 << 18);
         dc.root().set_incomplete();
         let creator = {
             let (dc, fs) = (dc.clone(), fs.clone());
-            thread::spawn(move || {
-                let (root, sb) = (dc.root(), dc.root_sb());
-                let hash = super::name_hash(root, b"x");
-                let lock = dc.names.lock(hash);
-                assert!(dc.lookup_cached(root, b"x").unwrap().is_none(), "only this thread makes x");
-                dc.absent_forget(root, b"x", hash);
-                let owner = crate::fs::Owner { uid: 0, gid: 0 };
-                let ip = fs.create_bound(sb, root.inode().unwrap(), b"x", &NewNode::File, 0o644, owner, &dc.counters);
-                let ip = ip.unwrap().unwrap();
-                // SAFETY: the reference the inode was born with.
-                unsafe { dc.iput(ip) };
-                drop(lock);
-            })
+            thread::spawn(move || create_x_uncached(&dc, &fs, false))
         };
         thread::yield_now();
         let found = dc.lookup_positive(dc.root(), b"x").is_ok();
@@ -512,27 +520,13 @@ fn rcu_stat_found(dc: &Dcache, name: &[u8]) -> Option<bool> {
 #[test]
 fn loom_bare_create_in_a_complete_dir_vs_stats() {
     use crate::fs::memfs::MemFs;
-    use crate::fs::NewNode;
     model(|| {
         let fs = Arc::new(MemFs::default());
         let dc = cache_with(fs.clone(), 1 << 18, true);
         assert!(dc.root().is_complete(), "an empty memfs root is complete");
         let creator = {
             let (dc, fs) = (dc.clone(), fs.clone());
-            thread::spawn(move || {
-                let (root, sb) = (dc.root(), dc.root_sb());
-                let hash = super::name_hash(root, b"x");
-                let lock = dc.names.lock(hash);
-                assert!(dc.lookup_cached(root, b"x").unwrap().is_none(), "only this thread makes x");
-                assert!(dc.creates_bare(root, |_| true));
-                dc.absent_forget(root, b"x", hash);
-                let owner = crate::fs::Owner { uid: 0, gid: 0 };
-                let ip = fs.create_bound(sb, root.inode().unwrap(), b"x", &NewNode::File, 0o644, owner, &dc.counters);
-                let ip = ip.unwrap().unwrap();
-                // SAFETY: the reference the inode was born with.
-                unsafe { dc.iput(ip) };
-                drop(lock);
-            })
+            thread::spawn(move || create_x_uncached(&dc, &fs, true))
         };
         thread::yield_now();
         let first = rcu_stat_x_found(&dc);
