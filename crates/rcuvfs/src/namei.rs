@@ -173,6 +173,16 @@ pub(crate) struct Stop {
     found: *const crate::inode::Inode,
 }
 
+#[cfg(loom)]
+impl Stop {
+    /// Whether memfs had the last name (`found`), for the loom models: a
+    /// stat would read it there, unless the name was stat'ed before
+    /// (`Dcache::stays_bare`), which the models do not want to depend on.
+    pub(crate) fn found(&self) -> bool {
+        !self.found.is_null()
+    }
+}
+
 /// What a pinned RCU walk ended with ([`Dcache::walk_rcu_pinned_as`]):
 /// a dentry with a reference, or an inode with a VFS reference (the
 /// caller's to put) where no dentry was made.

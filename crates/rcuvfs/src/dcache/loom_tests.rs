@@ -490,8 +490,9 @@ fn loom_uncached_create_vs_lookup() {
 }
 
 /// Whether a stat of `x` in RCU-walk finds it (`Some(true)`), with a
-/// dentry or in memfs alone (`stat_found`), answers ENOENT (`Some(false)`),
-/// or falls back to REF-walk (`None`).
+/// dentry or in memfs alone (where a first stat would read it:
+/// `stat_found`), answers ENOENT (`Some(false)`), or falls back to REF-walk
+/// (`None`).
 fn rcu_stat_x_found(dc: &Dcache) -> Option<bool> {
     rcu_stat_found(dc, b"x")
 }
@@ -505,7 +506,7 @@ fn rcu_stat_found(dc: &Dcache, name: &[u8]) -> Option<bool> {
     let mut w = RcuWalk::new(&cred);
     match dc.walk_rcu(&g, &mut w, dc.ns.root(), root, seq, name, true) {
         Some(r) => Some(r.is_ok()),
-        None => dc.stat_found(&g, &w).map(|_| true),
+        None => w.stop.is_some_and(|s| s.found()).then_some(true),
     }
 }
 
