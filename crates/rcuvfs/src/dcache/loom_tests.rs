@@ -551,9 +551,9 @@ fn loom_bare_create_in_a_complete_dir_vs_stats() {
 /// empty and move back, its entry hidden meanwhile (`sync::index`). Two
 /// stats of `x` in RCU-walk must not find it, then answer ENOENT. Fails
 /// without `fs_probe`'s look at the name's lock (with three preemptions;
-/// not with two). Three preemptions take this model tens of minutes to
-/// pass (it fails in about a minute), so it runs in `scripts/verify
-/// --full` only.
+/// not with two). With the look, every schedule of three preemptions
+/// takes this model more than 40 minutes on the project's VM (it fails in
+/// about a minute without), so it runs in `scripts/verify --full` only.
 #[test]
 #[ignore = "tens of minutes: scripts/verify --full runs it"]
 fn loom_bare_insert_moving_back_vs_stats() {
