@@ -422,13 +422,12 @@ impl Dcache {
         // which the caller still holds (memfs, bound, frees through the
         // same RCU).
         let (i, d, m) = unsafe { (&*s.found, &*s.dir, &*s.mnt) };
-        if !self.stays_bare(i) {
-            return None; // a name opened again: the walk makes its dentry
-        }
         // The mount first: nothing of its filesystem may outlive it.
         let mref = self.mnt_get_rcu_checked(m, s.ms)?;
         let ip = i.sb().itable.hold(i, &self.counters)?;
-        if d.seq.read_retry(s.seq) || self.ns_changed_since(s.ms) {
+        // Marked only once the place is confirmed, as `stat_found` does; a
+        // name opened again falls back, and the walk makes its dentry.
+        if d.seq.read_retry(s.seq) || self.ns_changed_since(s.ms) || !self.stays_bare(i) {
             // SAFETY: the reference just taken.
             unsafe { self.iput(ip) };
             return None;

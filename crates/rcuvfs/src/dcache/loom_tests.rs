@@ -302,13 +302,23 @@ fn memfs_answer(dc: &Dcache, changed: &loom::sync::atomic::AtomicBool, want: boo
 /// A stat of root's `x` in RCU-walk: `Some(found)`, or `None` where it
 /// falls back.
 fn rcu_stat_x(dc: &Dcache) -> Option<bool> {
+    rcu_stat(dc, b"x", false)
+}
+
+/// A stat of root's `name` in RCU-walk: `Some(found)`, or `None` where it
+/// falls back. With `memfs`, a fallback at a last name the bound memfs
+/// has counts as found: a first stat reads it there (`stat_found`); the
+/// models do not depend on whether the name was stat'ed before
+/// (`Dcache::stays_bare`).
+fn rcu_stat(dc: &Dcache, name: &[u8], memfs: bool) -> Option<bool> {
     let cred = Cred::root();
     let g = dc.rcu.read_lock();
     let root = dc.root();
     let seq = root.seq.read_begin().unwrap();
-    match dc.walk_rcu(&g, &mut RcuWalk::new(&cred), dc.ns.root(), root, seq, b"x", true)? {
-        Ok(_) => Some(true),
-        Err(_) => Some(false),
+    let mut w = RcuWalk::new(&cred);
+    match dc.walk_rcu(&g, &mut w, dc.ns.root(), root, seq, name, true) {
+        Some(r) => Some(r.is_ok()),
+        None => (memfs && w.stop.is_some_and(|s| s.found())).then_some(true),
     }
 }
 
@@ -489,27 +499,6 @@ fn loom_uncached_create_vs_lookup() {
     });
 }
 
-/// Whether a stat of `x` in RCU-walk finds it (`Some(true)`), with a
-/// dentry or in memfs alone (where a first stat would read it:
-/// `stat_found`), answers ENOENT (`Some(false)`), or falls back to REF-walk
-/// (`None`).
-fn rcu_stat_x_found(dc: &Dcache) -> Option<bool> {
-    rcu_stat_found(dc, b"x")
-}
-
-/// [`rcu_stat_x_found`] for `name`.
-fn rcu_stat_found(dc: &Dcache, name: &[u8]) -> Option<bool> {
-    let cred = Cred::root();
-    let g = dc.rcu.read_lock();
-    let root = dc.root();
-    let seq = root.seq.read_begin().unwrap();
-    let mut w = RcuWalk::new(&cred);
-    match dc.walk_rcu(&g, &mut w, dc.ns.root(), root, seq, name, true) {
-        Some(r) => Some(r.is_ok()),
-        None => w.stop.is_some_and(|s| s.found()).then_some(true),
-    }
-}
-
 /// A create of a file in a `COMPLETE` directory of the bound memfs, in the
 /// default mode, which makes it no dentry (`Dcache::creates_bare`): the
 /// name's lock, a cached lookup that misses, the directory's `COMPLETE`
@@ -530,11 +519,11 @@ fn loom_bare_create_in_a_complete_dir_vs_stats() {
             thread::spawn(move || create_x_uncached(&dc, &fs, true))
         };
         thread::yield_now();
-        let first = rcu_stat_x_found(&dc);
-        let second = rcu_stat_x_found(&dc);
+        let first = rcu_stat(&dc, b"x", true);
+        let second = rcu_stat(&dc, b"x", true);
         assert!(!(first == Some(true) && second == Some(false)), "found, then ENOENT");
         creator.join().unwrap();
-        assert_eq!(rcu_stat_x_found(&dc), Some(true), "a created name not found in RCU-walk");
+        assert_eq!(rcu_stat(&dc, b"x", true), Some(true), "a created name not found in RCU-walk");
         assert!(dc.d_lookup(dc.root(), b"x").is_none(), "the create made a dentry");
         // A REF lookup (a handle's) makes the dentry.
         assert!(dc.lookup_positive(dc.root(), b"x").is_ok(), "a created name answered ENOENT");
@@ -555,7 +544,7 @@ fn loom_bare_create_in_a_complete_dir_vs_stats() {
 /// takes this model more than 40 minutes on the project's VM (it fails in
 /// about a minute without), so it runs in `scripts/verify --full` only.
 #[test]
-#[ignore = "tens of minutes: scripts/verify --full runs it"]
+#[ignore = "over 40 minutes: scripts/verify --full runs it"]
 fn loom_bare_insert_moving_back_vs_stats() {
     use crate::fs::memfs::{name_key, MemFs};
     // Homes in a table of four (the top two bits of the key).
@@ -599,12 +588,12 @@ fn loom_bare_insert_moving_back_vs_stats() {
             })
         };
         thread::yield_now();
-        let first = rcu_stat_found(&dc, &x);
-        let second = rcu_stat_found(&dc, &x);
+        let first = rcu_stat(&dc, &x, true);
+        let second = rcu_stat(&dc, &x, true);
         assert!(!(first == Some(true) && second == Some(false)), "found, then ENOENT");
         unlinker.join().unwrap();
         adder.join().unwrap();
-        assert_eq!(rcu_stat_found(&dc, &x), Some(true));
+        assert_eq!(rcu_stat(&dc, &x, true), Some(true));
         check_cache(&dc);
     });
 }
