@@ -450,7 +450,7 @@ fn uncached_removal_vs_lookup(dir: bool) {
 /// Makes `x` in the root as `Vfs::create_uncached` does, with no dentry:
 /// the name's lock, a cached lookup that misses, (`bare`: the root's
 /// `COMPLETE` cleared, `Dcache::creates_bare`), the name's cached miss
-/// taken out, memfs's create, and the new inode's reference let go.
+/// taken out, memfs's create (of an inode born with no reference, as for an empty write).
 fn create_x_uncached(dc: &Dcache, fs: &crate::fs::memfs::MemFs, bare: bool) {
     use crate::fs::NewNode;
     let (root, sb) = (dc.root(), dc.root_sb());
@@ -462,9 +462,8 @@ fn create_x_uncached(dc: &Dcache, fs: &crate::fs::memfs::MemFs, bare: bool) {
     }
     dc.absent_forget(root, b"x", hash);
     let owner = crate::fs::Owner { uid: 0, gid: 0 };
-    let ip = fs.create_bound(sb, root.inode().unwrap(), b"x", &NewNode::File, 0o644, owner, &dc.counters);
-    // SAFETY: the reference the inode was born with.
-    unsafe { dc.iput(ip.unwrap().unwrap()) };
+    let ip = fs.create_bound(sb, root.inode().unwrap(), b"x", &NewNode::File, 0o644, owner, false, &dc.counters);
+    assert!(ip.unwrap().is_ok(), "only this thread makes x");
     drop(lock);
 }
 

@@ -272,6 +272,20 @@ pub(crate) fn name_key(name: &[u8]) -> u64 {
     (crate::hash::name_hash(0, name) | 1).clamp(3, u64::MAX - 8)
 }
 
+/// What keeps a new inode from being freed until its creator is done
+/// with it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keeper {
+    /// A lookup, which the `FileSystem` call's caller then owes.
+    Lookup,
+    /// A VFS reference, for the VFS of the superblock this memfs is bound
+    /// to.
+    Reference,
+    /// Nothing but its nlink of 1, for a VFS create whose caller keeps
+    /// nothing of the inode ([`MemFs::create_bound`]).
+    Link,
+}
+
 /// readdir's cookie of a key (losing only the low bit, always set).
 fn cookie_of(key: u64) -> u64 {
     key >> 1
@@ -608,7 +622,7 @@ impl MemFs {
         rdev: u64,
         owner: Owner,
         target: Option<&[u8]>,
-        held: bool,
+        keeper: Keeper,
     ) -> Result<&Inode> {
         if !self.usage.inodes.charge(1) {
             return fail(ENOSPC);
@@ -634,16 +648,22 @@ impl MemFs {
             rdev,
         };
         let sb = self.bound.load(std::sync::atomic::Ordering::SeqCst);
-        // What keeps it until its caller has it: a lookup, or (`held`, for
-        // the VFS of the superblock this memfs is bound to) a VFS reference.
-        let (refs, lookups) = if held { (1, 0) } else { (0, 1) };
+        // What keeps it until its caller has it ([`Keeper`]).
+        let (refs, lookups) = match keeper {
+            Keeper::Lookup => (0, 1),
+            Keeper::Reference => (1, 0),
+            Keeper::Link => (0, 0),
+        };
         let inode = Box::new(Inode::new_owned_counted(&attr, sb, refs, lookups));
         if let Some(t) = target {
             inode.set_link(t.into());
         }
         let p = self.table.insert_new(inode, self.rcu());
         // SAFETY: in the table, with a lookup or a reference: it stays
-        // until that is given back.
+        // until that is given back. With neither (`Keeper::Link`), its
+        // nlink of 1 keeps it from being freed by anything but its
+        // creator's `unalloc`, before or after it is named, and the
+        // creator's read section keeps its memory past any unlink.
         let i = unsafe { &*p };
         // Bound meanwhile? (see `bind`: the fence orders our insert, a
         // Release CAS on a slot, before this load, against bind's store and
@@ -656,10 +676,14 @@ impl MemFs {
         Ok(i)
     }
 
-    /// Takes back a new inode that got no name (its create failed).
-    fn unalloc(&self, i: &Inode) {
+    /// Takes back a new inode that got no name (its create failed), made
+    /// with a lookup ([`Keeper::Lookup`]: true) or with nothing
+    /// ([`Keeper::Link`]: false).
+    fn unalloc(&self, i: &Inode, looked_up: bool) {
         i.update(|a| a.nlink = 0);
-        i.lookups_sub(1);
+        if looked_up {
+            i.lookups_sub(1);
+        }
         self.table.release_if_unused(i, self.rcu());
     }
 
@@ -731,23 +755,27 @@ impl MemFs {
     }
 
     /// A new inode of the kind `node` says, made by `alloc`.
-    fn alloc_node(&self, node: &NewNode<'_>, perm: u32, owner: Owner, held: bool) -> Result<&Inode> {
+    fn alloc_node(&self, node: &NewNode<'_>, perm: u32, owner: Owner, keeper: Keeper) -> Result<&Inode> {
         match *node {
-            NewNode::File => self.alloc(FileType::File, perm, 0, owner, None, held),
-            NewNode::Dir => self.alloc(FileType::Dir, perm, 0, owner, None, held),
+            NewNode::File => self.alloc(FileType::File, perm, 0, owner, None, keeper),
+            NewNode::Dir => self.alloc(FileType::Dir, perm, 0, owner, None, keeper),
             NewNode::Special(FileType::Dir | FileType::Symlink, _) => fail(EINVAL),
-            NewNode::Special(kind, rdev) => self.alloc(kind, perm, rdev, owner, None, held),
-            NewNode::Symlink(target) => self.alloc(FileType::Symlink, 0o777, 0, owner, Some(target), held),
+            NewNode::Special(kind, rdev) => self.alloc(kind, perm, rdev, owner, None, keeper),
+            NewNode::Symlink(target) => self.alloc(FileType::Symlink, 0o777, 0, owner, Some(target), keeper),
         }
     }
 
     /// For the VFS of the superblock `sb`, if this memfs is bound to it:
     /// creates `name` in `dir` (an inode of this memfs the VFS holds) as
-    /// the `FileSystem` calls do, and returns the new inode with a VFS
-    /// reference (counted in core), as `iget` would make it, but born with
-    /// it instead of a lookup, with no probe of the inode table by number
-    /// (for the directory or the new inode) and no attributes copied.
-    /// `None`: not bound to `sb`; the general path decides.
+    /// the `FileSystem` calls do, and returns the new inode, with no probe
+    /// of the inode table by number (for the directory or the new inode)
+    /// and no attributes copied. `held`: with a VFS reference (counted in
+    /// core), as `iget` would make it, but born with it instead of a
+    /// lookup; else with none ([`Keeper::Link`]), for a caller that keeps
+    /// nothing of the inode and is in a read section of the VFS's RCU
+    /// domain (which a bound memfs shares), which keeps its memory while
+    /// the caller looks. `None`: not bound to `sb`; the general path
+    /// decides.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_bound(
         &self,
@@ -757,6 +785,7 @@ impl MemFs {
         node: &NewNode<'_>,
         perm: u32,
         owner: Owner,
+        held: bool,
         counters: &crate::counters::LiveCounters,
     ) -> Option<Result<*const Inode>> {
         if !self.bound_to(sb) {
@@ -765,13 +794,22 @@ impl MemFs {
         let g = self.rcu().read_lock();
         // Born with the VFS reference (counted in core at once), which
         // keeps it whatever a caller that bypasses the VFS does to its name
-        // meanwhile: no lookup to count and pay back, no lock to take.
+        // meanwhile: no lookup to count and pay back, no lock to take. Or
+        // born with nothing but the link it is about to get: a reference
+        // taken and given back at once would be four atomic operations on
+        // two lines (the inode's count and the counters').
         let make = || {
-            let i = self.alloc_node(node, perm, owner, true)?;
+            if !held {
+                return self.alloc_node(node, perm, owner, Keeper::Link);
+            }
+            let i = self.alloc_node(node, perm, owner, Keeper::Reference)?;
             counters.add_inode(1);
             Ok(i)
         };
         let unmake = |i: &Inode| {
+            if !held {
+                return self.unalloc(i, false);
+            }
             i.update(|a| a.nlink = 0);
             // SAFETY: the reference it was born with, ours.
             unsafe { self.table.iput(i, self.rcu(), counters) };
@@ -1315,11 +1353,21 @@ impl FileSystem for MemFs {
     }
 
     fn create(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc_node(&NewNode::File, perm, owner, false), |i| self.unalloc(i))
+        self.add_entry(
+            parent,
+            name,
+            || self.alloc_node(&NewNode::File, perm, owner, Keeper::Lookup),
+            |i| self.unalloc(i, true),
+        )
     }
 
     fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
-        self.add_entry(parent, name, || self.alloc_node(&NewNode::Dir, perm, owner, false), |i| self.unalloc(i))
+        self.add_entry(
+            parent,
+            name,
+            || self.alloc_node(&NewNode::Dir, perm, owner, Keeper::Lookup),
+            |i| self.unalloc(i, true),
+        )
     }
 
     fn mknod(&self, parent: Ino, name: &[u8], kind: FileType, perm: u32, rdev: u64, owner: Owner) -> Result<Attr> {
@@ -1329,8 +1377,8 @@ impl FileSystem for MemFs {
         self.add_entry(
             parent,
             name,
-            || self.alloc_node(&NewNode::Special(kind, rdev), perm, owner, false),
-            |i| self.unalloc(i),
+            || self.alloc_node(&NewNode::Special(kind, rdev), perm, owner, Keeper::Lookup),
+            |i| self.unalloc(i, true),
         )
     }
 
@@ -1338,8 +1386,8 @@ impl FileSystem for MemFs {
         self.add_entry(
             parent,
             name,
-            || self.alloc_node(&NewNode::Symlink(target), 0, owner, false),
-            |i| self.unalloc(i),
+            || self.alloc_node(&NewNode::Symlink(target), 0, owner, Keeper::Lookup),
+            |i| self.unalloc(i, true),
         )
     }
 

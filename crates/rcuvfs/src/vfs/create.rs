@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::walk::{IRef, IfUncached, Named, Uncached, Update};
+use super::walk::{Found, IRef, IfUncached, Named, Uncached, Update};
 use super::{bytes, Begun, Entry, Start, Vfs};
 use crate::cred::{MAY_EXEC, MAY_WRITE};
 use crate::dcache::Dentry;
@@ -17,8 +17,10 @@ use crate::namei::{check_name, check_path, RefWalk};
 /// What a create of a name without a dentry came to
 /// ([`Vfs::create_uncached`]).
 pub(super) enum Made<'a, 'p> {
-    /// memfs made it: the walk (its mount) and the new inode.
-    Born(RefWalk<'a>, IRef<'a>),
+    /// memfs made it: the walk (its mount) and the new inode (with a
+    /// reference where the caller asked to keep it, `Found::Inode`; else
+    /// `Found::Made`).
+    Born(RefWalk<'a>, Found<'a>),
     /// The name, looked up after all (with its dentry, negative if absent):
     /// the caller goes on as for a name the dcache held.
     Named(Named<'a, 'p>),
@@ -97,7 +99,7 @@ impl Vfs {
         let dir_inode = dir.inode().expect("positive directory");
         let sb = dir_inode.sb();
         if let Some(m) = sb.fs.as_memfs() {
-            if let Some(r) = m.create_bound(sb, dir_inode, name, &node, perm, owner, &self.dc().counters) {
+            if let Some(r) = m.create_bound(sb, dir_inode, name, &node, perm, owner, true, &self.dc().counters) {
                 self.instantiate_inode(dir, d, r?, node.kind() == FileType::Dir);
                 return Ok(());
             }
@@ -112,11 +114,15 @@ impl Vfs {
     /// directory the caller may not write, a name memfs has), the name is
     /// looked up instead and the caller goes on as with a dentry, so that
     /// each error comes where it does there (EEXIST before EACCES).
+    /// `keep`: the caller keeps the new inode (an open file), which then
+    /// comes with a reference; else it comes with none, to be read only
+    /// while the caller's update lasts (`Found::Made`).
     pub(super) fn create_uncached<'a, 'p>(
         &'a self,
         u: Uncached<'a, 'p>,
         node: NewNode<'_>,
         perm: u32,
+        keep: bool,
     ) -> Result<Made<'a, 'p>> {
         debug_assert!(node.kind() != FileType::Dir);
         let dc = self.dc();
@@ -128,13 +134,18 @@ impl Vfs {
         let dir_inode = u.dir.inode().expect("positive directory");
         let sb = dir_inode.sb();
         let m = sb.fs.as_memfs().expect("a directory of the bound memfs");
-        let made = m.create_bound(sb, dir_inode, u.name, &node, perm, owner, &dc.counters);
+        let made = m.create_bound(sb, dir_inode, u.name, &node, perm, owner, keep, &dc.counters);
         match made.expect("bound for the superblock's life") {
             Ok(inode) => {
                 dir_inode.mark_stale();
                 let Uncached { _w: w, .. } = u;
-                // SAFETY: the reference the inode was born with, ours.
-                Ok(Made::Born(w, unsafe { IRef::adopt(dc, inode) }))
+                let f = if keep {
+                    // SAFETY: the reference the inode was born with, ours.
+                    Found::Inode(unsafe { IRef::adopt(dc, inode) })
+                } else {
+                    Found::Made(inode)
+                };
+                Ok(Made::Born(w, f))
             }
             Err(e) if errno_of(&e) == EEXIST => Ok(Made::Named(u.look_up(dc)?)),
             Err(e) => Err(e),
@@ -155,7 +166,7 @@ impl Vfs {
         let uncached = if kind == FileType::Dir { IfUncached::LookUp } else { IfUncached::Create };
         let n = match self.begin_update(start, path, uncached)? {
             Update::Named(n) => n,
-            Update::Uncached(u) => match self.create_uncached(u, node, perm)? {
+            Update::Uncached(u) => match self.create_uncached(u, node, perm, false)? {
                 Made::Born(..) => return Ok(()),
                 Made::Named(n) => n,
             },
@@ -457,6 +468,44 @@ mod tests {
         }
         assert_eq!(counts(&v), before);
         assert!(v.metadata("/d/f").is_ok());
+    }
+
+    /// A create whose caller keeps nothing of the new inode (an empty
+    /// `write`, a mknod, a symlink) makes it with no reference
+    /// (`Keeper::Link`): the in-core count does not move, the inode lives
+    /// by its link alone, and goes with it. One that gets no name (its
+    /// directory removed under it) is freed at once. Fails (one live inode
+    /// too many at the end) when `unalloc` keeps such an inode.
+    #[test]
+    fn a_create_that_keeps_nothing_takes_no_reference() {
+        use crate::fs::memfs::{MemFs, MemFsOptions};
+        let fs = std::sync::Arc::new(MemFs::new(MemFsOptions::default()));
+        let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+        v.create_dir("/d").unwrap();
+        let (live, in_core) = (fs.live_inodes(), v.stats().inodes);
+        v.write("/d/f", b"").unwrap();
+        v.symlink("f", "/d/l").unwrap();
+        assert_eq!(v.stats().inodes, in_core, "no reference was kept");
+        assert_eq!(fs.live_inodes(), live + 2);
+        assert_eq!(v.metadata("/d/f").unwrap().len(), 0);
+        assert_eq!(v.read_link("/d/l").unwrap().as_os_str(), "f");
+        v.remove_file("/d/f").unwrap();
+        v.remove_file("/d/l").unwrap();
+        assert_eq!(fs.live_inodes(), live);
+        // A create into a directory removed meanwhile: memfs's index of it
+        // is closed, and the inode made for the name is taken back.
+        let d = v.entry("/d").unwrap();
+        v.remove_dir("/d").unwrap();
+        let dir = d.inode();
+        let owner = crate::fs::Owner { uid: 0, gid: 0 };
+        let _g = v.dc().hold_update();
+        let made = fs.create_bound(dir.sb(), dir, b"x", &NewNode::File, 0o644, owner, false, &v.dc().counters);
+        assert_eq!(made.map(|r| r.map(drop).map_err(|e| errno_of(&e))), Some(Err(ENOENT)));
+        drop(_g);
+        drop(d);
+        v.synchronize();
+        assert_eq!(fs.live_inodes(), live - 1, "the directory and the inode for x are gone");
+        v.check_invariants().unwrap();
     }
 
     /// A file made with no dentry gets one at its second stat or open below

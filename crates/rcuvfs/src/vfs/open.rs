@@ -53,18 +53,21 @@ impl Vfs {
     }
 
     fn open_once(&self, start: Start, path: &[u8], opts: &OpenOptions) -> Result<File> {
-        self.open_once_with(start, path, opts, |mnt, inode, created| self.finish_open(mnt, inode, opts, created))
+        self.open_once_with(start, path, opts, true, |mnt, inode, created| self.finish_open(mnt, inode, opts, created))
     }
 
     /// An open's walk, create and checks, then `finish` (given the mount,
     /// the file and whether this call created it): making the open file,
     /// or only the checks and the truncation where no file is needed (an
-    /// empty `write`).
+    /// empty `write`). `keeps`: `finish` keeps the file (an open file
+    /// takes its own reference); if not, a file this call creates gets no
+    /// reference at all, and `finish` must not read it past its return.
     fn open_once_with<T>(
         &self,
         start: Start,
         path: &[u8],
         opts: &OpenOptions,
+        keeps: bool,
         finish: impl Fn(&Mount, &Inode, bool) -> Result<T>,
     ) -> Result<T> {
         opts.validate()?;
@@ -79,8 +82,8 @@ impl Vfs {
                 match self.begin_update(start, path, IfUncached::Create)? {
                     Update::Uncached(u) => {
                         let perm = opts.mode & 0o7777 & !self.umask;
-                        match self.create_uncached(u, NewNode::File, perm)? {
-                            Made::Born(w, b) => (w, Found::Inode(b), true),
+                        match self.create_uncached(u, NewNode::File, perm, keeps)? {
+                            Made::Born(w, f) => (w, f, true),
                             Made::Named(n) => found(self.open_create(Begun::Named(n), opts)?),
                         }
                     }
@@ -264,7 +267,7 @@ impl Vfs {
             // open that came just before the unlink, it is truncated and
             // the name stays gone.
             return self.retry_estale(|| {
-                self.open_once_with(Start::Cwd, path, &opts, |_, inode, created| {
+                self.open_once_with(Start::Cwd, path, &opts, false, |_, inode, created| {
                     // A file this open made passes every check (a regular
                     // file, empty, which its creator may write whatever
                     // its mode): its attributes are not read.

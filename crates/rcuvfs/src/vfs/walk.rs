@@ -67,6 +67,13 @@ impl Drop for IRef<'_> {
 pub(super) enum Found<'a> {
     Dentry(DRef<'a>),
     Inode(IRef<'a>),
+    /// A file the caller's update just made through the bound memfs and
+    /// holds no reference on, as it keeps nothing of it
+    /// ([`Vfs::create_uncached`](super::Vfs::create_uncached)): the
+    /// update's read section (`Dcache::hold_update`, held from its walk to
+    /// its end, as long as this) keeps its memory, even if a caller that
+    /// bypasses the VFS unlinks it meanwhile.
+    Made(*const Inode),
 }
 
 impl Found<'_> {
@@ -74,6 +81,8 @@ impl Found<'_> {
         match self {
             Found::Dentry(d) => d.inode().expect("positive"),
             Found::Inode(i) => i.inode(),
+            // SAFETY: see `Found::Made`.
+            Found::Made(p) => unsafe { &**p },
         }
     }
 }
@@ -339,7 +348,7 @@ impl Vfs {
     ) -> Result<(RefWalk<'a>, DRef<'a>)> {
         match self.begin_walk_as(start, path, follow, false)? {
             (w, Found::Dentry(d)) => Ok((w, d)),
-            (_, Found::Inode(_)) => unreachable!("no inode alone was asked for"),
+            (_, Found::Inode(_) | Found::Made(_)) => unreachable!("no inode alone was asked for"),
         }
     }
 
