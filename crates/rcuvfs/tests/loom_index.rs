@@ -360,3 +360,89 @@ fn loom_insert_past_a_slot_that_empties_and_refills() {
         assert_eq!(ix.len(&rcu.read_lock()), 3);
     });
 }
+
+/// What a reader that takes no lock answers for a key from one look at
+/// the key's writer lock and one probe (`Dcache::fs_probe`'s protocol):
+/// found; a miss read while the lock was held, which it does not trust
+/// (the walk then asks under the lock); or a miss it trusts. `checks`:
+/// the look at the lock is made (false: the protocol without it).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Answer {
+    Found,
+    Ask,
+    Miss,
+}
+
+fn probe_under(lock: &rcuvfs::sync::mutex::RawMutex, ix: &Index<E>, rcu: &Rcu, p: usize, checks: bool) -> Answer {
+    // Acquire, before the probe: a reader that saw the entry earlier saw
+    // the lock taken before it (the insert is under it), so it sees the
+    // lock held now, or released after the insert was final.
+    let held = checks && lock.is_locked_acquire();
+    if present_entry(ix, rcu, p) {
+        Answer::Found
+    } else if held {
+        Answer::Ask
+    } else {
+        Answer::Miss
+    }
+}
+
+/// The model behind `Dcache::fs_probe`'s look at the name's lock, on the
+/// index alone (the dcache and memfs around it make the model of the
+/// code itself, `loom_bare_insert_moving_back_vs_stats` in the library,
+/// too long for this tier). An insert of `x` under its writer lock passes
+/// `z` (its home's) and `y` (the next home's), while a remove of `y`
+/// vacates `y`'s slot: the insert may claim the slot after `y`'s, find
+/// `y`'s emptied, and take its entry back out to claim again (the vacate
+/// protocol, module doc), `x` hidden meanwhile. A reader that found `x`
+/// must never then trust a miss of it. `checks` false: the protocol
+/// without the look at the lock, which fails (found, then a miss).
+fn moving_insert_vs_two_probes(checks: bool) {
+    rcuvfs::sync::atomic::loom_model_bound(3, move || {
+        let rcu = Arc::new(Rcu::new());
+        let ix = Arc::new(Index::<E>::new());
+        let lock = Arc::new(rcuvfs::sync::mutex::RawMutex::new());
+        let (z, y, x) = (entry_at(1, 0), entry_at(2, 1), entry_at(3, 0));
+        for p in [z, y] {
+            assert!(insert_entry(&ix, &rcu, p).is_ok());
+        }
+        let remover = {
+            let (ix, rcu) = (ix.clone(), rcu.clone());
+            thread::spawn(move || {
+                // SAFETY: leaked for the model's length.
+                let h = unsafe { (*(y as *const E)).hash };
+                let mut l = ix.lock(h, &rcu);
+                assert!(l.remove(y as *const E, h));
+            })
+        };
+        let inserter = {
+            let (ix, rcu, lock) = (ix.clone(), rcu.clone(), lock.clone());
+            thread::spawn(move || {
+                lock.lock();
+                assert!(insert_entry(&ix, &rcu, x).is_ok());
+                // SAFETY: locked just above, by this thread.
+                unsafe { lock.unlock() };
+            })
+        };
+        let first = probe_under(&lock, &ix, &rcu, x, checks);
+        let second = probe_under(&lock, &ix, &rcu, x, checks);
+        assert!(!(first == Answer::Found && second == Answer::Miss), "found, then a miss trusted");
+        remover.join().unwrap();
+        inserter.join().unwrap();
+        assert_eq!(probe_under(&lock, &ix, &rcu, x, checks), Answer::Found);
+    });
+}
+
+#[test]
+fn loom_lock_look_before_probe_keeps_a_moving_insert_found() {
+    moving_insert_vs_two_probes(true);
+}
+
+/// The same without the look at the lock: loom must find the schedule
+/// where the reader trusts a miss of an entry it found (the model can
+/// fail).
+#[test]
+#[should_panic(expected = "found, then a miss trusted")]
+fn loom_probe_without_the_lock_look_trusts_a_moving_insert_miss() {
+    moving_insert_vs_two_probes(false);
+}

@@ -541,7 +541,11 @@ fn loom_bare_create_in_a_complete_dir_vs_stats() {
 /// without `fs_probe`'s look at the name's lock (with three preemptions;
 /// not with two). With the look, every schedule of three preemptions
 /// takes this model more than 40 minutes on the project's VM (it fails in
-/// about a minute without), so it runs in `scripts/verify --full` only.
+/// about a minute without), so it runs in `scripts/verify --full` only;
+/// the protocol alone, on the index with a lock word and no dcache or
+/// memfs around it, is modelled in the fast tier
+/// (`tests/loom_index.rs`, `loom_lock_look_before_probe_keeps_a_moving_insert_found`,
+/// about a minute, with its failing twin).
 #[test]
 #[ignore = "over 40 minutes: scripts/verify --full runs it"]
 fn loom_bare_insert_moving_back_vs_stats() {
