@@ -7,9 +7,19 @@
 //!
 //! Each round uses a fresh Vfs (with `REUSE` in the environment, one Vfs
 //! for all rounds; `ROUNDS` prints each round's create figure; `TARGET=n`
-//! builds it with a cache target of `n` dentries).
+//! builds it with a cache target of `n` dentries; `PHASES` prints each
+//! phase's start and end on CLOCK_MONOTONIC, in seconds, for
+//! `perf record -k CLOCK_MONOTONIC` and `perf report --time start,end`).
 use rcuvfs::Vfs;
 use std::time::Instant;
+
+/// CLOCK_MONOTONIC now, in seconds (perf's `--time` unit).
+fn mono() -> f64 {
+    // SAFETY: clock_gettime fills the struct it is given.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> std::io::Result<()> {
@@ -34,11 +44,16 @@ fn main() -> std::io::Result<()> {
             keep = Some(v);
         }
         let v = keep.as_ref().unwrap();
+        let phases = std::env::var("PHASES").is_ok();
+        let m = mono();
         let t = Instant::now();
         for p in &paths {
             v.write(p, b"")?;
         }
         c += t.elapsed().as_nanos();
+        if phases {
+            eprintln!("phase create {m:.6},{:.6}", mono());
+        }
         let t = Instant::now();
         if what != "nostat" {
             for p in &paths {
