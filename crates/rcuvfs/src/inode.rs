@@ -676,6 +676,13 @@ impl Inode {
     /// Relaxed: set before the VFS can reach the inode (the superblock is
     /// published after `bind`, with a Release), or cleared once it cannot
     /// (`InodeTable::clear`).
+    /// The superblock this inode is set to (null for an owned inode made
+    /// before its filesystem was bound): for the models.
+    #[cfg(loom)]
+    pub(crate) fn owner_ptr(&self) -> *const Super {
+        self.owner.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn set_owner(&self, sb: *const Super) {
         self.owner.store(sb as *mut Super, Ordering::Relaxed);
     }

@@ -530,6 +530,41 @@ fn loom_bare_create_in_a_complete_dir_vs_stats() {
     });
 }
 
+/// memfs bound to a cache's superblock (`MemFs::bind`, as the cache is
+/// made) while a `FileSystem` call creates a file: the new inode is
+/// inserted in memfs's table, then looks at `bound` (`MemFs::alloc`); the
+/// bind stores `bound`, then walks the table, setting each inode's
+/// superblock. One of them must set it. Fails (an inode with no
+/// superblock) when `alloc` does not look again. It does not fail with
+/// either side's fence taken out (tried): `bound` is not a loom atomic
+/// (it is loaded on every bound path, and would multiply the other
+/// models' schedules), so loom cannot show the load reading an old value.
+/// The fences' argument is in `bind`'s comment.
+#[test]
+fn loom_bind_vs_create() {
+    use crate::fs::memfs::MemFs;
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let creator = {
+            let fs = fs.clone();
+            thread::spawn(move || {
+                let owner = crate::fs::Owner { uid: 0, gid: 0 };
+                let a = fs.create(fs.root(), b"x", 0o644, owner).unwrap();
+                fs.forget(a.ino, 1);
+            })
+        };
+        let dc = cache_with(fs.clone(), 1 << 18, true);
+        creator.join().unwrap();
+        // Added behind the cache, which may have found the root empty.
+        dc.root().set_incomplete();
+        let d = dc.lookup_positive(dc.root(), b"x").expect("created");
+        let sb: *const crate::inode::Super = dc.root_sb();
+        assert_eq!(d.inode().unwrap().owner_ptr(), sb, "an inode with no superblock");
+        drop(d);
+        check_cache(&dc);
+    });
+}
+
 /// A name added to memfs under its name lock, with no dentry (as a bare
 /// create adds it, `Dcache::creates_bare`; here a link of `z`'s file, the
 /// same insert with less around it for loom), racing an unlink of `y`, in

@@ -458,9 +458,12 @@ impl MemFs {
             return false;
         }
         // Every inode made before learns its superblock. One made meanwhile
-        // either is seen here or sees `bound` itself (`alloc`: insert, fence,
-        // load; here: store, fence, walk: a SeqCst fence on each side, since
-        // the slots are not written or read SeqCst).
+        // either is seen here or sees `bound` itself (`alloc`: a SeqCst
+        // insert, then a SeqCst load; here: store, SeqCst fence, walk, whose
+        // loads of the slots are not SeqCst: if the insert precedes the
+        // fence in the single order of SeqCst operations, the walk sees
+        // it; if not, the load follows the store in that order and sees
+        // it).
         crate::sync::atomic::fence(s);
         let g = rcu.read_lock();
         self.table.for_each(&g, |i| i.set_owner(sb));
@@ -665,10 +668,13 @@ impl MemFs {
         // creator's `unalloc`, before or after it is named, and the
         // creator's read section keeps its memory past any unlink.
         let i = unsafe { &*p };
-        // Bound meanwhile? (see `bind`: the fence orders our insert, a
-        // Release CAS on a slot, before this load, against bind's store and
-        // walk)
-        crate::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        // Bound meanwhile? (see `bind`: our insert's last write to its slot
+        // is a SeqCst compare-and-swap, and this load is SeqCst, so the two
+        // are ordered (`sc_fence`: nothing in the real build, where a
+        // SeqCst fence here cost each create an `mfence`; a fence under
+        // loom), against bind's store, SeqCst fence, and walk; loom model
+        // `loom_bind_vs_create`)
+        crate::sync::atomic::sc_fence();
         let now_sb = self.bound.load(std::sync::atomic::Ordering::SeqCst);
         if now_sb != sb {
             i.set_owner(now_sb);
