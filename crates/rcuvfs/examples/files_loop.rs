@@ -54,6 +54,7 @@ fn main() -> std::io::Result<()> {
         if phases {
             eprintln!("phase create {m:.6},{:.6}", mono());
         }
+        let m = mono();
         let t = Instant::now();
         if what != "nostat" {
             for p in &paths {
@@ -61,11 +62,18 @@ fn main() -> std::io::Result<()> {
             }
         }
         s += t.elapsed().as_nanos();
+        if phases {
+            eprintln!("phase stat {m:.6},{:.6}", mono());
+        }
+        let m = mono();
         let t = Instant::now();
         for p in &paths {
             v.remove_file(p)?;
         }
         u += t.elapsed().as_nanos();
+        if phases {
+            eprintln!("phase unlink {m:.6},{:.6}", mono());
+        }
         if std::env::var("ROUNDS").is_ok() {
             eprintln!("round create {} ", c / n as u128);
             c = 0;
