@@ -671,11 +671,6 @@ impl Inode {
         let _ = self.nlookup.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c.saturating_sub(n)));
     }
 
-    /// Sets the superblock of an owned inode (memfs's `bind`).
-    ///
-    /// Relaxed: set before the VFS can reach the inode (the superblock is
-    /// published after `bind`, with a Release), or cleared once it cannot
-    /// (`InodeTable::clear`).
     /// The superblock this inode is set to (null for an owned inode made
     /// before its filesystem was bound): for the models.
     #[cfg(loom)]
@@ -683,6 +678,11 @@ impl Inode {
         self.owner.load(Ordering::Relaxed)
     }
 
+    /// Sets the superblock of an owned inode (memfs's `bind`).
+    ///
+    /// Relaxed: set before the VFS can reach the inode (the superblock is
+    /// published after `bind`, with a Release), or cleared once it cannot
+    /// (`InodeTable::clear`).
     pub(crate) fn set_owner(&self, sb: *const Super) {
         self.owner.store(sb as *mut Super, Ordering::Relaxed);
     }

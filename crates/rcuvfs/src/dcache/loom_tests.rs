@@ -539,7 +539,7 @@ fn loom_bare_create_in_a_complete_dir_vs_stats() {
 /// either side's fence taken out (tried): `bound` is not a loom atomic
 /// (it is loaded on every bound path, and would multiply the other
 /// models' schedules), so loom cannot show the load reading an old value.
-/// The fences' argument is in `bind`'s comment.
+/// The fences' argument is in `bind`'s and `alloc`'s comments.
 #[test]
 fn loom_bind_vs_create() {
     use crate::fs::memfs::MemFs;
@@ -562,6 +562,60 @@ fn loom_bind_vs_create() {
         assert_eq!(d.inode().unwrap().owner_ptr(), sb, "an inode with no superblock");
         drop(d);
         check_cache(&dc);
+    });
+}
+
+/// A create that fails after memfs made its inode (its directory was
+/// removed: the index is closed), racing a `link` of the inode's number
+/// by a caller that guessed it (memfs's `FileSystem` calls take numbers).
+/// If the link named it, the inode lives on with one link and the name
+/// finds it; if not, the name is absent. Fails (the inode gone while
+/// `l` names it) when the failed create sets the link count to 0 instead
+/// of taking back its own link (`MemFs::unname_new`).
+#[test]
+fn loom_link_by_number_vs_a_failed_create() {
+    use crate::fs::memfs::MemFs;
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let owner = crate::fs::Owner { uid: 0, gid: 0 };
+        let root = fs.root();
+        let d = fs.mkdir(root, b"d", 0o755, owner).unwrap();
+        fs.rmdir(root, b"d").unwrap();
+        // This thread's next number follows `y`'s.
+        let y = fs.create(root, b"y", 0o644, owner).unwrap();
+        fs.forget(y.ino, 1);
+        let guess = y.ino + 1;
+        let done = Arc::new(crate::sync::atomic::AtomicBool::new(false));
+        let linker = {
+            let (fs, done) = (fs.clone(), done.clone());
+            // Tries until the create is over: with one try, loom ran it in
+            // 13 schedules, never inside the create's window.
+            thread::spawn(move || loop {
+                let over = done.load(std::sync::atomic::Ordering::Acquire);
+                if let Ok(a) = fs.link(guess, root, b"l") {
+                    fs.forget(a.ino, 1);
+                    return true;
+                }
+                if over {
+                    return false;
+                }
+                thread::yield_now();
+            })
+        };
+        let made = fs.create(d.ino, b"x", 0o644, owner);
+        done.store(true, std::sync::atomic::Ordering::Release);
+        assert_eq!(made.map(drop).map_err(|e| crate::error::errno_of(&e)), Err(crate::error::ENOENT));
+        let linked = linker.join().unwrap();
+        fs.forget(d.ino, 1);
+        match fs.lookup(root, b"l") {
+            Ok(a) => {
+                assert!(linked);
+                assert_eq!(a.ino, guess);
+                assert_eq!(fs.getattr(guess).map(|a| a.nlink).ok(), Some(1), "the linked inode is gone");
+                fs.forget(a.ino, 1);
+            }
+            Err(_) => assert!(!linked, "a link that succeeded left no name"),
+        }
     });
 }
 

@@ -458,12 +458,9 @@ impl MemFs {
             return false;
         }
         // Every inode made before learns its superblock. One made meanwhile
-        // either is seen here or sees `bound` itself (`alloc`: a SeqCst
-        // insert, then a SeqCst load; here: store, SeqCst fence, walk, whose
-        // loads of the slots are not SeqCst: if the insert precedes the
-        // fence in the single order of SeqCst operations, the walk sees
-        // it; if not, the load follows the store in that order and sees
-        // it).
+        // either is seen here or sees `bound` itself (`alloc`: insert, fence,
+        // load; here: store, fence, walk: a SeqCst fence on each side, since
+        // the table pointers and slots are not all written and read SeqCst).
         crate::sync::atomic::fence(s);
         let g = rcu.read_lock();
         self.table.for_each(&g, |i| i.set_owner(sb));
@@ -668,13 +665,15 @@ impl MemFs {
         // creator's `unalloc`, before or after it is named, and the
         // creator's read section keeps its memory past any unlink.
         let i = unsafe { &*p };
-        // Bound meanwhile? (see `bind`: our insert's last write to its slot
-        // is a SeqCst compare-and-swap, and this load is SeqCst, so the two
-        // are ordered (`sc_fence`: nothing in the real build, where a
-        // SeqCst fence here cost each create an `mfence`; a fence under
-        // loom), against bind's store, SeqCst fence, and walk; loom model
-        // `loom_bind_vs_create`)
-        crate::sync::atomic::sc_fence();
+        // Bound meanwhile? (see `bind`: the fence orders our insert before
+        // this load, against bind's store, fence and walk; loom model
+        // `loom_bind_vs_create`). Not `sc_fence`, though the insert's last
+        // write to its slot is a SeqCst compare-and-swap: the table that
+        // slot is in reached us by an Acquire load or an AcqRel publish,
+        // not SeqCst, so without this fence bind's walk could read an older
+        // table pointer while this load reads an older `bound` (helper-31's
+        // review; allowed by the language, not by x86 or ARMv8).
+        crate::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let now_sb = self.bound.load(std::sync::atomic::Ordering::SeqCst);
         if now_sb != sb {
             i.set_owner(now_sb);
@@ -686,11 +685,21 @@ impl MemFs {
     /// with a lookup ([`Keeper::Lookup`]: true) or with nothing
     /// ([`Keeper::Link`]: false).
     fn unalloc(&self, i: &Inode, looked_up: bool) {
-        i.update(|a| a.nlink = 0);
+        Self::unname_new(i);
         if looked_up {
             i.lookups_sub(1);
         }
         self.table.release_if_unused(i, self.rcu());
+    }
+
+    /// Takes back the link a new inode was made with, for the name it did
+    /// not get. A link it got meanwhile (`link` by number, from a caller
+    /// that guessed the number) stays, with its count: the two updates are
+    /// ordered by the attributes' lock, and `link` adds no name to a count
+    /// of 0. (Until 2026-11-29 this set the count to 0, and such a link's
+    /// name was left naming a freed inode.)
+    fn unname_new(i: &Inode) {
+        i.update(|a| a.nlink = if i.kind == FileType::Dir { 0 } else { a.nlink.saturating_sub(1) });
     }
 
     /// Drops one link of `i` (a name of it went; a directory loses both of
@@ -816,7 +825,7 @@ impl MemFs {
             if !held {
                 return self.unalloc(i, false);
             }
-            i.update(|a| a.nlink = 0);
+            Self::unname_new(i);
             // SAFETY: the reference it was born with, ours.
             unsafe { self.table.iput(i, self.rcu(), counters) };
         };
