@@ -665,6 +665,24 @@ impl Inode {
         self.nlookup.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// An owned inode found by one of its names, read without a lock
+    /// (memfs's `lookup`): counts one lookup handed out, unless the inode
+    /// died meanwhile (its last name went and a free was decided). Under
+    /// the references' lock, which that decision is taken under
+    /// (`release_if_unused`): the free either sees this lookup, or this
+    /// sees the inode dead and counts nothing (`false`). Counted with no
+    /// lock (until 2026-11-29), a lookup racing the unlink of the name was
+    /// handed out on an inode already freed.
+    pub(crate) fn lookups_add_live(&self) -> bool {
+        let g = self.refs.lock();
+        let live = g.count() != DEAD;
+        if live {
+            self.nlookup.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(g);
+        live
+    }
+
     /// An owned inode: `n` lookups paid back (saturating: a filesystem
     /// cannot trust its callers' counts).
     pub(crate) fn lookups_sub(&self, n: u64) {

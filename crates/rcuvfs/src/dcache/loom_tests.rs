@@ -619,6 +619,44 @@ fn loom_link_by_number_vs_a_failed_create() {
     });
 }
 
+/// memfs's `lookup` (a `FileSystem` call, as over a memfs that is not
+/// bound) racing the unlink of the name's last link: a lookup either
+/// finds the name gone, or hands out a lookup that keeps the inode until
+/// it is forgotten. Fails (a lookup handed out on a freed inode) when the
+/// lookup is counted without the references' lock
+/// (`Inode::lookups_add_live`). The looker tries until the unlink is
+/// over: with one try, loom ran it before the unlink in every schedule.
+#[test]
+fn loom_lookup_vs_unlink_of_the_last_name() {
+    use crate::fs::memfs::MemFs;
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let owner = crate::fs::Owner { uid: 0, gid: 0 };
+        let root = fs.root();
+        let a = fs.create(root, b"f", 0o644, owner).unwrap();
+        fs.forget(a.ino, 1);
+        let done = Arc::new(crate::sync::atomic::AtomicBool::new(false));
+        let looker = {
+            let (fs, done) = (fs.clone(), done.clone());
+            thread::spawn(move || loop {
+                let over = done.load(std::sync::atomic::Ordering::Acquire);
+                if let Ok(a) = fs.lookup(root, b"f") {
+                    assert!(fs.getattr(a.ino).is_ok(), "a lookup handed out on a freed inode");
+                    fs.forget(a.ino, 1);
+                }
+                if over {
+                    return;
+                }
+                thread::yield_now();
+            })
+        };
+        fs.unlink(root, b"f").unwrap();
+        done.store(true, std::sync::atomic::Ordering::Release);
+        looker.join().unwrap();
+        assert_eq!(fs.live_inodes(), 1, "only the root is left");
+    });
+}
+
 /// A name added to memfs under its name lock, with no dentry (as a bare
 /// create adds it, `Dcache::creates_bare`; here a link of `z`'s file, the
 /// same insert with less around it for loom), racing an unlink of `y`, in

@@ -286,6 +286,21 @@ enum Keeper {
     Link,
 }
 
+/// A directory's link for a subdirectory just put in it, counted after
+/// the entry's lock is let go, unless the directory was removed
+/// meanwhile (its count set to 0: the subdirectory was removed, then the
+/// directory, in between). Raised from 0 (until 2026-11-29), the count
+/// kept the removed directory alive for good (helper-32's review). Only
+/// through these calls directly: the VFS holds `x`'s name lock across a
+/// mkdir, so an rmdir of `x` waits for the count. No test shows it: loom
+/// did not reach the window (between the rmdir's update of the count and
+/// its look at it) in a model of the three calls.
+fn gain_subdir_link(a: &mut Attr) {
+    if a.nlink != 0 {
+        a.nlink += 1;
+    }
+}
+
 /// readdir's cookie of a key (losing only the low bit, always set).
 fn cookie_of(key: u64) -> u64 {
     key >> 1
@@ -859,7 +874,7 @@ impl MemFs {
         let t = now();
         if inode.kind == FileType::Dir {
             dir.update(|a| {
-                a.nlink += 1;
+                gain_subdir_link(a);
                 a.mtime = t;
                 a.ctime = t;
             });
@@ -1233,7 +1248,7 @@ impl MemFs {
             let (md, od) = (moved.kind == FileType::Dir, other.kind == FileType::Dir);
             if cross && md != od {
                 let (gain, lose) = if md { (dst_dir, src_dir) } else { (src_dir, dst_dir) };
-                gain.update(|a| a.nlink += 1);
+                gain.update(gain_subdir_link);
                 lose.update(|a| a.nlink = a.nlink.saturating_sub(1));
             }
             for d in [src_dir, dst_dir] {
@@ -1291,7 +1306,7 @@ impl MemFs {
         }
         if dir_moved && cross {
             src_dir.update(|a| a.nlink = a.nlink.saturating_sub(1));
-            dst_dir.update(|a| a.nlink += 1);
+            dst_dir.update(gain_subdir_link);
         }
         src_dir.touch(t, true);
         dst_dir.touch(t, true);
@@ -1310,7 +1325,11 @@ impl FileSystem for MemFs {
         let dir = self.dir(&g, parent)?;
         let e = Self::find(&g, dir, name, name_key(name)).ok_or_else(|| err(ENOENT))?;
         let i = e.inode();
-        i.lookups_add(1);
+        // Dead: the name went with its inode's last link after the find
+        // (the lookup comes after the unlink).
+        if !i.lookups_add_live() {
+            return fail(ENOENT);
+        }
         Ok(i.attr_with(&g))
     }
 
