@@ -565,6 +565,26 @@ fn loom_bind_vs_create() {
     });
 }
 
+/// Calls `f` until it says it is done (`true`, returned), or until a call
+/// begun after `done` was set (`false`), yielding in between: for a thread
+/// whose one call must be tried inside another thread's, which sets
+/// `done` after it. With a single try, loom ran the spawned thread's call
+/// before the other's in every schedule (13 of them) and never inside
+/// its window; yields let it interleave the two. Acquire, against the
+/// setter's Release: the last call follows the other's whole.
+fn until_done(done: &crate::sync::atomic::AtomicBool, mut f: impl FnMut() -> bool) -> bool {
+    loop {
+        let over = done.load(std::sync::atomic::Ordering::Acquire);
+        if f() {
+            return true;
+        }
+        if over {
+            return false;
+        }
+        thread::yield_now();
+    }
+}
+
 /// A create that fails after memfs made its inode (its directory was
 /// removed: the index is closed), racing a `link` of the inode's number
 /// by a caller that guessed it (memfs's `FileSystem` calls take numbers).
@@ -588,18 +608,14 @@ fn loom_link_by_number_vs_a_failed_create() {
         let done = Arc::new(crate::sync::atomic::AtomicBool::new(false));
         let linker = {
             let (fs, done) = (fs.clone(), done.clone());
-            // Tries until the create is over: with one try, loom ran it in
-            // 13 schedules, never inside the create's window.
-            thread::spawn(move || loop {
-                let over = done.load(std::sync::atomic::Ordering::Acquire);
-                if let Ok(a) = fs.link(guess, root, b"l") {
-                    fs.forget(a.ino, 1);
-                    return true;
-                }
-                if over {
-                    return false;
-                }
-                thread::yield_now();
+            thread::spawn(move || {
+                until_done(&done, || match fs.link(guess, root, b"l") {
+                    Ok(a) => {
+                        fs.forget(a.ino, 1);
+                        true
+                    }
+                    Err(_) => false,
+                })
             })
         };
         let made = fs.create(d.ino, b"x", 0o644, owner);
@@ -625,7 +641,7 @@ fn loom_link_by_number_vs_a_failed_create() {
 /// it is forgotten. Fails (a lookup handed out on a freed inode) when the
 /// lookup is counted without the references' lock
 /// (`Inode::lookups_add_live`). The looker tries until the unlink is
-/// over: with one try, loom ran it before the unlink in every schedule.
+/// over ([`until_done`]).
 #[test]
 fn loom_lookup_vs_unlink_of_the_last_name() {
     use crate::fs::memfs::MemFs;
@@ -638,16 +654,14 @@ fn loom_lookup_vs_unlink_of_the_last_name() {
         let done = Arc::new(crate::sync::atomic::AtomicBool::new(false));
         let looker = {
             let (fs, done) = (fs.clone(), done.clone());
-            thread::spawn(move || loop {
-                let over = done.load(std::sync::atomic::Ordering::Acquire);
-                if let Ok(a) = fs.lookup(root, b"f") {
-                    assert!(fs.getattr(a.ino).is_ok(), "a lookup handed out on a freed inode");
-                    fs.forget(a.ino, 1);
-                }
-                if over {
-                    return;
-                }
-                thread::yield_now();
+            thread::spawn(move || {
+                until_done(&done, || {
+                    if let Ok(a) = fs.lookup(root, b"f") {
+                        assert!(fs.getattr(a.ino).is_ok(), "a lookup handed out on a freed inode");
+                        fs.forget(a.ino, 1);
+                    }
+                    false
+                })
             })
         };
         fs.unlink(root, b"f").unwrap();

@@ -697,11 +697,12 @@ impl MemFs {
     }
 
     /// Takes back a new inode that got no name (its create failed), made
-    /// with a lookup ([`Keeper::Lookup`]: true) or with nothing
-    /// ([`Keeper::Link`]: false).
-    fn unalloc(&self, i: &Inode, looked_up: bool) {
+    /// with a lookup or with nothing (`keeper`; one made with a reference
+    /// is `create_bound`'s to put).
+    fn unalloc(&self, i: &Inode, keeper: Keeper) {
+        debug_assert!(keeper != Keeper::Reference);
         Self::unname_new(i);
-        if looked_up {
+        if keeper == Keeper::Lookup {
             i.lookups_sub(1);
         }
         self.table.release_if_unused(i, self.rcu());
@@ -838,7 +839,7 @@ impl MemFs {
         };
         let unmake = |i: &Inode| {
             if !held {
-                return self.unalloc(i, false);
+                return self.unalloc(i, Keeper::Link);
             }
             Self::unname_new(i);
             // SAFETY: the reference it was born with, ours.
@@ -1391,7 +1392,7 @@ impl FileSystem for MemFs {
             parent,
             name,
             || self.alloc_node(&NewNode::File, perm, owner, Keeper::Lookup),
-            |i| self.unalloc(i, true),
+            |i| self.unalloc(i, Keeper::Lookup),
         )
     }
 
@@ -1400,7 +1401,7 @@ impl FileSystem for MemFs {
             parent,
             name,
             || self.alloc_node(&NewNode::Dir, perm, owner, Keeper::Lookup),
-            |i| self.unalloc(i, true),
+            |i| self.unalloc(i, Keeper::Lookup),
         )
     }
 
@@ -1412,7 +1413,7 @@ impl FileSystem for MemFs {
             parent,
             name,
             || self.alloc_node(&NewNode::Special(kind, rdev), perm, owner, Keeper::Lookup),
-            |i| self.unalloc(i, true),
+            |i| self.unalloc(i, Keeper::Lookup),
         )
     }
 
@@ -1421,7 +1422,7 @@ impl FileSystem for MemFs {
             parent,
             name,
             || self.alloc_node(&NewNode::Symlink(target), 0, owner, Keeper::Lookup),
-            |i| self.unalloc(i, true),
+            |i| self.unalloc(i, Keeper::Lookup),
         )
     }
 

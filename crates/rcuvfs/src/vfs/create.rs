@@ -498,10 +498,10 @@ mod tests {
         v.remove_dir("/d").unwrap();
         let dir = d.inode();
         let owner = crate::fs::Owner { uid: 0, gid: 0 };
-        let _g = v.dc().hold_update();
+        let update = v.dc().hold_update();
         let made = fs.create_bound(dir.sb(), dir, b"x", &NewNode::File, 0o644, owner, false, &v.dc().counters);
         assert_eq!(made.map(|r| r.map(drop).map_err(|e| errno_of(&e))), Some(Err(ENOENT)));
-        drop(_g);
+        drop(update);
         drop(d);
         v.synchronize();
         assert_eq!(fs.live_inodes(), live - 1, "the directory and the inode for x are gone");
