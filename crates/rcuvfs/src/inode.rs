@@ -19,7 +19,7 @@
 //! |------------------------|---------------------------------------------------|
 //! | `Inode::attrs` (seqlock) | every attribute field; writers hold its lock    |
 //! | `Inode::refs`' lock (a lockref) | the reference count's transitions to and from zero, and the decision to free (with `nlink` for an owned inode) |
-//! | the table's index home locks | the ino -> inode index (`sync::index`)     |
+//! | the table's index home locks | a table of copies' ino -> inode index (`sync::index`); an owned table's (`sync::chunk_map`) takes none but to add or drop a chunk's leaf |
 //! | `InodeTable::list`'s locks | the superblock's inode list (one lock, or one per shard; see `sync::list_batch`) |
 //! | `Inode::times.alias_lock` | the list of dentries that name the inode (`alias_head`, and each dentry's `alias_next`; a leaf) |
 //!
@@ -49,6 +49,7 @@ use std::sync::Arc;
 use crate::counters::LiveCounters;
 use crate::filemap::PageCache;
 use crate::fs::{Attr, FileSystem, FileType, Ino, Timespec};
+use crate::sync::chunk_map::ChunkMap;
 use crate::sync::index::{Index, InsertError, Probe};
 use crate::sync::list_batch::{InodeList, Link, ListMode};
 use crate::sync::lockref::DEAD;
@@ -123,26 +124,6 @@ fn ticket(version: u32) -> u16 {
 /// refused: a quarter of the 16-bit range, so that every ticket compared
 /// lies within half of it.
 const TICKET_WINDOW: u16 = 0x4000;
-
-/// The key of an inode number in an owned table, whose numbers its
-/// filesystem hands out in order, a chunk at a time per thread shard
-/// ([`INO_CHUNK`]): inodes made one after another share a slot line eight
-/// at a time, so that a run of creates or removals in creation order (an
-/// untar, a copy, `rm -r`) touches the table once per eight inodes
-/// instead of missing in it once per inode.
-///
-/// Within its partition (the chunks of one shard) a number has a dense
-/// position `d`. Its group `d / 8`, bit-reversed, is its home: the homes
-/// of the groups in use spread evenly over the table however many there
-/// are (a van der Corput sequence), so clusters stay eight slots long. The
-/// low bits, `d % 8`, keep the group's tags apart (an inode's tags fold
-/// the hash's low bits in: `Indexed::FOLDED_TAGS`). The numbers are memfs's own, not a
-/// caller's, so no one can pick keys that collide.
-#[inline]
-pub(crate) fn owned_ino_hash(ino: Ino) -> u64 {
-    let d = ino / (INO_CHUNK * THREAD_SHARDS as u64) * INO_CHUNK + ino % INO_CHUNK;
-    (d >> 3).reverse_bits() | (d & 7)
-}
 
 /// Set in the address of an inode's cached symlink target (a `Box`, so
 /// 8-aligned) when the target is not a valid path: the RCU walk then leaves
@@ -296,14 +277,8 @@ unsafe impl Sync for Inode {}
 
 impl crate::sync::index::Indexed for Inode {
     fn index_hash(&self) -> u64 {
-        if self.owned {
-            owned_ino_hash(self.ino)
-        } else {
-            ino_hash(self.ino)
-        }
+        ino_hash(self.ino)
     }
-
-    const FOLDED_TAGS: bool = true;
 }
 
 impl Inode {
@@ -1248,9 +1223,12 @@ impl Super {
 }
 
 /// Inode numbers come in chunks of this many (memfs hands each thread's
-/// shard its own chunks); an owned table partitions by chunk, so that the
-/// inodes one thread creates fall in its own partition.
-pub(crate) const INO_CHUNK: u64 = 1024;
+/// shard its own chunks): an owned table keeps a leaf of slots per chunk
+/// (`sync::chunk_map`). Under loom, four.
+pub(crate) const INO_CHUNK: u64 = if cfg!(loom) { 4 } else { 1024 };
+
+/// An owned table: inode numbers to inodes, a leaf per chunk.
+type OwnedMap = ChunkMap<Inode, { INO_CHUNK as usize }>;
 
 fn new_parts() -> Box<[Padded<Index<Inode, true>>]> {
     (0..THREAD_SHARDS).map(|_| Padded(Index::new_sharded())).collect()
@@ -1263,12 +1241,18 @@ pub(crate) type OnFree = Box<dyn Fn(&Inode) + Send + Sync>;
 /// with `iget` and `iput`), on a sharded index: creates anywhere in the
 /// filesystem write no common line.
 pub(crate) struct InodeTable {
-    /// One index per partition ([`InodeTable::part`]): a resize (to drop
-    /// the tombstones that create/unlink churn leaves) freezes one
-    /// partition, not the table.
+    /// A table of copies: one index per partition ([`InodeTable::part`]):
+    /// a resize (to drop the tombstones that create/unlink churn leaves)
+    /// freezes one partition, not the table.
     /// Each on lines of its own: a resize of one partition stores its
     /// table pointer, which must not evict the others' from their readers.
+    /// None in an owned table.
     parts: Box<[Padded<Index<Inode, true>>]>,
+    /// An owned table's inodes, by number (memfs hands its numbers out a
+    /// chunk at a time): a create stores one slot, with no lock (until
+    /// 2026-11-30 they were in `parts` too, at seven atomic RMWs a create
+    /// and eleven an unlink).
+    map: OwnedMap,
     /// The superblock's list of in-core inodes (`s_inodes`), in the mode
     /// chosen at build time (seed 004).
     pub list: InodeList,
@@ -1304,36 +1288,39 @@ impl InodeTable {
     /// A table of copies.
     pub fn new(list: ListMode, owned: bool) -> InodeTable {
         debug_assert!(!owned, "an owned table is made with `new_owned`");
-        InodeTable { parts: new_parts(), list: InodeList::new(list), owned: false, on_free: None }
+        InodeTable { parts: new_parts(), map: OwnedMap::new(), list: InodeList::new(list), owned: false, on_free: None }
     }
 
     /// A filesystem's own table (memfs); `on_free` sees each inode as it is
     /// freed.
     pub fn new_owned(list: ListMode, on_free: OnFree) -> InodeTable {
-        InodeTable { parts: new_parts(), list: InodeList::new(list), owned: true, on_free: Some(on_free) }
-    }
-
-    /// The partition that holds inode `ino`: by chunk for an owned table
-    /// (memfs gives shard `s` the chunks `k * THREAD_SHARDS + s`), by hash for
-    /// copies.
-    #[inline]
-    fn hash(&self, ino: Ino) -> u64 {
-        if self.owned {
-            owned_ino_hash(ino)
-        } else {
-            ino_hash(ino)
+        InodeTable {
+            parts: Box::new([]),
+            map: OwnedMap::new(),
+            list: InodeList::new(list),
+            owned: true,
+            on_free: Some(on_free),
         }
     }
 
     #[inline]
+    fn hash(&self, ino: Ino) -> u64 {
+        ino_hash(ino)
+    }
+
+    /// The partition of a table of copies that holds inode `ino`.
+    #[inline]
     fn part(&self, ino: Ino) -> &Index<Inode, true> {
-        let k = if self.owned { (ino / INO_CHUNK) as usize } else { (ino_hash(ino) >> 40) as usize };
-        &self.parts[k % THREAD_SHARDS]
+        debug_assert!(!self.owned);
+        &self.parts[(ino_hash(ino) >> 40) as usize % THREAD_SHARDS]
     }
 
     /// The inode numbered `ino`, live at the time of the probe; the caller
     /// is in a read section of the table's RCU domain.
     pub fn get<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, ino: Ino) -> Option<&'g Inode> {
+        if self.owned {
+            return self.map.get(guard, ino).filter(|i| !i.is_dead());
+        }
         self.part(ino).find(guard, self.hash(ino), |i| {
             if i.ino == ino && !i.is_dead() {
                 Probe::Stop(i)
@@ -1345,29 +1332,37 @@ impl InodeTable {
 
     /// Every inode in the table (a snapshot of no instant).
     pub fn for_each<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, mut f: impl FnMut(&'g Inode)) {
+        if self.owned {
+            return self.map.for_each(guard, f);
+        }
         for p in self.parts.iter() {
             p.for_each(guard, &mut f)
         }
     }
 
+    /// The leaves of an owned table (one per chunk of numbers with an
+    /// inode still in it, or still being handed out).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn leaves(&self, guard: &crate::sync::RcuGuard<'_>) -> usize {
+        self.map.leaves(guard)
+    }
+
     /// Puts a new owned inode in the table and on the list (made by its
     /// filesystem, with no reference). Returns its address.
-    pub fn insert_new(&self, inode: Box<Inode>, rcu: &Rcu) -> *const Inode {
+    ///
+    /// # Safety
+    /// The inode's number was handed out by the filesystem for this inode
+    /// alone, and `numbers` is how many of its chunk ([`INO_CHUNK`]) the
+    /// filesystem puts in the table, the same for every inode of the chunk
+    /// (see `ChunkMap::insert`).
+    pub unsafe fn insert_new(&self, inode: Box<Inode>, numbers: u32, rcu: &Rcu) -> *const Inode {
         debug_assert!(self.owned && inode.owned);
         let p = Box::into_raw(inode) as *const Inode;
         // SAFETY: just allocated; shared from the insert on.
         let i = unsafe { &*p };
-        let hash = self.hash(i.ino);
-        loop {
-            // The home lock is released at the end of this statement, before
-            // a grow (which would wait for it).
-            let r = self.part(i.ino).lock(hash, rcu).insert(p, hash);
-            match r {
-                Ok(()) => break,
-                Err(InsertError::Full) => self.part(i.ino).grow(rcu),
-                Err(InsertError::Closed) => unreachable!("inode tables are never closed"),
-            }
-        }
+        // SAFETY: the caller's contract; the inode is freed only through
+        // RCU, after `free` removes it.
+        unsafe { self.map.insert(i.ino, p, numbers, rcu) };
         // SAFETY: a new inode, on no list; it leaves the list before it is
         // freed (`free`).
         unsafe { self.list.add(ptr::addr_of!(i.sb_link)) };
@@ -1565,11 +1560,17 @@ impl InodeTable {
 
     /// Takes a dead inode out of the table and the list, and retires it.
     fn free(&self, inode: &Inode, rcu: &Rcu) {
-        let hash = self.hash(inode.ino);
-        let part = self.part(inode.ino);
-        let owned = part.lock(hash, rcu).take(inode, hash);
+        let owned = if self.owned {
+            // SAFETY: inserted at its birth; this, its end, removes it.
+            Some(unsafe { self.map.remove(inode.ino, rcu) })
+        } else {
+            let hash = self.hash(inode.ino);
+            let part = self.part(inode.ino);
+            let owned = part.lock(hash, rcu).take(inode, hash);
+            part.shrink_if_sparse(rcu);
+            owned
+        };
         debug_assert!(owned.is_some(), "an inode being freed is in its table");
-        part.shrink_if_sparse(rcu);
         // SAFETY: added when the inode was made; only this, its end,
         // deletes it.
         unsafe { self.list.del(ptr::addr_of!(inode.sb_link)) };
@@ -1639,16 +1640,11 @@ impl InodeTable {
     /// Nothing can reach the table or its inodes any more, and no RCU
     /// reader can still hold one of them.
     pub unsafe fn drop_owned(&self, rcu: &Rcu, mut f: impl FnMut(&Inode)) {
-        let g = rcu.read_lock();
+        debug_assert!(self.owned);
+        let _ = rcu;
         let mut all: Vec<*const Inode> = Vec::new();
-        for p in self.parts.iter() {
-            p.for_each_raw(&g, |i| all.push(i));
-        }
-        drop(g);
-        for p in self.parts.iter() {
-            // SAFETY: the caller's contract.
-            unsafe { p.clear_now() };
-        }
+        // SAFETY: the caller's contract.
+        unsafe { self.map.drain_now(|i| all.push(i)) };
         for p in all {
             // SAFETY: the caller's contract.
             let i = unsafe { &*p };
@@ -1989,42 +1985,4 @@ fn set_attr_read_keeps_the_newer_of_two_answers() {
     later.ctime = Timespec { sec: 20, nsec: 0 };
     assert!(i.set_attr_read(&later, i.begin_read()));
     assert_eq!(i.cached_attr().size, 13, "a read was refused after setattr answers refused by ctime");
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    /// The home of `hash` in a table of `2^bits` homes, as the index
-    /// computes it.
-    fn home(hash: u64, bits: u32) -> u64 {
-        hash >> (64 - bits)
-    }
-
-    #[test]
-    fn an_owned_tables_inodes_made_in_order_share_lines_eight_at_a_time_and_spread_evenly() {
-        // What one shard hands out: its chunks `k * THREAD_SHARDS + s`, in
-        // order, here two of them.
-        let s = 5u64;
-        let inos: Vec<Ino> = (0..2u64)
-            .flat_map(|k| {
-                let c = (k * THREAD_SHARDS as u64 + s) * INO_CHUNK;
-                c..c + INO_CHUNK
-            })
-            .collect();
-        let bits = 10;
-        let mut homes = std::collections::BTreeSet::new();
-        for g in inos.chunks(8) {
-            let h = home(owned_ino_hash(g[0]), bits);
-            assert!(g.iter().all(|&i| home(owned_ino_hash(i), bits) == h), "a group of eight has one home");
-            let tags: std::collections::BTreeSet<usize> =
-                g.iter().map(|&i| crate::sync::index::tag::<Inode>(owned_ino_hash(i))).collect();
-            assert_eq!(tags.len(), 8, "the tags of a group differ");
-            assert!(homes.insert(h), "two groups share a home");
-        }
-        // 256 groups over 1,024 homes: one every four.
-        let homes: Vec<u64> = homes.into_iter().collect();
-        assert_eq!(homes.len(), 256);
-        assert!(homes.windows(2).all(|w| w[1] - w[0] == 4), "groups spread evenly");
-    }
 }

@@ -422,7 +422,9 @@ impl MemFs {
         // No domain is chosen yet (the first `bind` or use chooses it): the
         // first insert into an empty table retires nothing, so a domain of
         // its own for this one call is enough.
-        let root = table.insert_new(root, &Rcu::new());
+        // SAFETY: the root's number is the only one memfs uses in its chunk
+        // (`next_ino` hands out chunks from the second on).
+        let root = unsafe { table.insert_new(root, 1, &Rcu::new()) };
         MemFs {
             opts,
             rcu: OnceLock::new(),
@@ -673,7 +675,9 @@ impl MemFs {
         if let Some(t) = target {
             inode.set_link(t.into());
         }
-        let p = self.table.insert_new(inode, self.rcu());
+        // SAFETY: `next_ino` handed this number out once, and every number
+        // of its chunk (the second on) to an inode made here.
+        let p = unsafe { self.table.insert_new(inode, INO_CHUNK as u32, self.rcu()) };
         // SAFETY: in the table, with a lookup or a reference: it stays
         // until that is given back. With neither (`Keeper::Link`), its
         // nlink of 1 keeps it from being freed by anything but its
@@ -1630,5 +1634,34 @@ impl Drop for MemFs {
                 }
             })
         };
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Files made and removed through memfs's calls by number: each is
+    /// found by its number while it lives and not after, and the table
+    /// keeps a leaf only for a chunk of numbers with an inode in it (the
+    /// root's) or still being handed out (the third): the two chunks
+    /// filled and emptied leave with their last inode.
+    #[test]
+    fn an_emptied_chunk_of_inode_numbers_leaves_the_table() {
+        let fs = MemFs::default();
+        let o = Owner { uid: 0, gid: 0 };
+        let n = 2 * INO_CHUNK + 100;
+        let made: Vec<Ino> =
+            (0..n).map(|i| fs.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, o).unwrap().ino).collect();
+        let leaves = || fs.table.leaves(&fs.rcu().read_lock());
+        assert_eq!(leaves(), 4, "the root's chunk and three of files");
+        for (i, &ino) in made.iter().enumerate() {
+            assert_eq!(fs.getattr(ino).unwrap().ino, ino);
+            fs.forget(ino, 1);
+            fs.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+            assert_eq!(fs.getattr(ino).unwrap_err().raw_os_error(), Some(ENOENT), "a freed inode answered");
+        }
+        assert_eq!(leaves(), 2, "an emptied chunk kept its leaf");
+        assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 2);
     }
 }

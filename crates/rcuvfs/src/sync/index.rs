@@ -1298,6 +1298,24 @@ impl<T: Indexed, const SHARDED: bool> Index<T, SHARDED> {
         }
     }
 
+    /// Frees the table now, calling `f` first on every entry's pointer as
+    /// inserted (an owner's teardown that frees them).
+    ///
+    /// # Safety
+    /// As for [`clear_now`](Self::clear_now).
+    pub unsafe fn drain_now(&self, mut f: impl FnMut(*mut T)) {
+        if let Some(t) = self.current() {
+            for s in t.slots() {
+                let e = s.load(Ordering::Relaxed) & PTR;
+                if is_entry(e) {
+                    f(e as *mut T);
+                }
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.clear_now() };
+    }
+
     /// Retires the table through RCU, leaving the index empty: for an
     /// owner that RCU readers may still reach (a killed directory dentry),
     /// once no writer can touch the index.

@@ -14,8 +14,11 @@
 //!   or per CPU.
 //! - [`rcu`]: the RCU facade (read_lock, call_rcu, synchronize) over the
 //!   `seize` reclamation crate, with a loom-visible stand-in.
+//! - [`chunk_map`]: numbers handed out a chunk at a time to what they number
+//!   (memfs's inode table): an insert is one store, a lookup two loads.
 //! - [`index`]: the resizable hash index that RCU readers walk with no lock
-//!   and no store (the dcache's per-directory children, memfs's tables).
+//!   and no store (the dcache's per-directory children, memfs's directories,
+//!   the in-core inodes of a filesystem that keeps its own).
 //! - [`shard`]: per-thread shards (per-CPU data's stand-in), a sharded
 //!   counter (`percpu_counter`) and a sharded budget (per-CPU reserves).
 //! - [`percpu_ref`]: a reference count taken and dropped per shard until
@@ -24,6 +27,7 @@
 
 pub mod atomic;
 pub mod audit;
+pub mod chunk_map;
 pub mod index;
 pub mod list_batch;
 pub mod lockref;
