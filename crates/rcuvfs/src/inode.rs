@@ -1251,8 +1251,8 @@ pub(crate) struct InodeTable {
     /// An owned table's inodes, by number (memfs hands its numbers out a
     /// chunk at a time): a create stores one slot, with no lock (until
     /// 2026-11-30 they were in `parts` too, at seven atomic RMWs a create
-    /// and eleven an unlink).
-    map: OwnedMap,
+    /// and eleven an unlink). None in a table of copies.
+    map: Option<OwnedMap>,
     /// The superblock's list of in-core inodes (`s_inodes`), in the mode
     /// chosen at build time (seed 004).
     pub list: InodeList,
@@ -1288,7 +1288,7 @@ impl InodeTable {
     /// A table of copies.
     pub fn new(list: ListMode, owned: bool) -> InodeTable {
         debug_assert!(!owned, "an owned table is made with `new_owned`");
-        InodeTable { parts: new_parts(), map: OwnedMap::new(), list: InodeList::new(list), owned: false, on_free: None }
+        InodeTable { parts: new_parts(), map: None, list: InodeList::new(list), owned: false, on_free: None }
     }
 
     /// A filesystem's own table (memfs); `on_free` sees each inode as it is
@@ -1296,7 +1296,7 @@ impl InodeTable {
     pub fn new_owned(list: ListMode, on_free: OnFree) -> InodeTable {
         InodeTable {
             parts: Box::new([]),
-            map: OwnedMap::new(),
+            map: Some(OwnedMap::new()),
             list: InodeList::new(list),
             owned: true,
             on_free: Some(on_free),
@@ -1306,6 +1306,12 @@ impl InodeTable {
     #[inline]
     fn hash(&self, ino: Ino) -> u64 {
         ino_hash(ino)
+    }
+
+    /// An owned table's map.
+    #[inline]
+    fn owned_map(&self) -> &OwnedMap {
+        self.map.as_ref().expect("an owned table")
     }
 
     /// The partition of a table of copies that holds inode `ino`.
@@ -1319,7 +1325,7 @@ impl InodeTable {
     /// is in a read section of the table's RCU domain.
     pub fn get<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, ino: Ino) -> Option<&'g Inode> {
         if self.owned {
-            return self.map.get(guard, ino).filter(|i| !i.is_dead());
+            return self.owned_map().get(guard, ino).filter(|i| !i.is_dead());
         }
         self.part(ino).find(guard, self.hash(ino), |i| {
             if i.ino == ino && !i.is_dead() {
@@ -1333,7 +1339,7 @@ impl InodeTable {
     /// Every inode in the table (a snapshot of no instant).
     pub fn for_each<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, mut f: impl FnMut(&'g Inode)) {
         if self.owned {
-            return self.map.for_each(guard, f);
+            return self.owned_map().for_each(guard, f);
         }
         for p in self.parts.iter() {
             p.for_each(guard, &mut f)
@@ -1344,7 +1350,7 @@ impl InodeTable {
     /// inode still in it, or still being handed out).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn leaves(&self, guard: &crate::sync::RcuGuard<'_>) -> usize {
-        self.map.leaves(guard)
+        self.owned_map().leaves(guard)
     }
 
     /// Puts a new owned inode in the table and on the list (made by its
@@ -1362,7 +1368,7 @@ impl InodeTable {
         let i = unsafe { &*p };
         // SAFETY: the caller's contract; the inode is freed only through
         // RCU, after `free` removes it.
-        unsafe { self.map.insert(i.ino, p, numbers, rcu) };
+        unsafe { self.owned_map().insert(i.ino, p, numbers, rcu) };
         // SAFETY: a new inode, on no list; it leaves the list before it is
         // freed (`free`).
         unsafe { self.list.add(ptr::addr_of!(i.sb_link)) };
@@ -1562,7 +1568,7 @@ impl InodeTable {
     fn free(&self, inode: &Inode, rcu: &Rcu) {
         let owned = if self.owned {
             // SAFETY: inserted at its birth; this, its end, removes it.
-            Some(unsafe { self.map.remove(inode.ino, rcu) })
+            Some(unsafe { self.owned_map().remove(inode.ino, rcu) })
         } else {
             let hash = self.hash(inode.ino);
             let part = self.part(inode.ino);
@@ -1644,7 +1650,7 @@ impl InodeTable {
         let _ = rcu;
         let mut all: Vec<*const Inode> = Vec::new();
         // SAFETY: the caller's contract.
-        unsafe { self.map.drain_now(|i| all.push(i)) };
+        unsafe { self.owned_map().drain_now(|i| all.push(i)) };
         for p in all {
             // SAFETY: the caller's contract.
             let i = unsafe { &*p };

@@ -369,8 +369,8 @@ pub struct MemFs {
     root: *const Inode,
     /// Per shard: the next inode number of its chunk (0: take a chunk),
     /// and the chunks it took. Shard `s`'s `k`-th chunk is `k * SHARDS + s`
-    /// (from `k = 1`; chunk 0 holds the root), the inode table's partition
-    /// of `s`.
+    /// (from `k = 1`; chunk 0 holds the root), every number of it handed
+    /// out, one leaf of the inode table (`sync::chunk_map`).
     next_ino: Box<[Padded<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>]>,
     usage: Arc<Usage>,
     /// Charges a page cache's pages to `usage.bytes`.
@@ -686,12 +686,13 @@ impl MemFs {
         let i = unsafe { &*p };
         // Bound meanwhile? (see `bind`: the fence orders our insert before
         // this load, against bind's store, fence and walk; loom model
-        // `loom_bind_vs_create`). Not `sc_fence`, though the insert's last
-        // write to its slot is a SeqCst compare-and-swap: the table that
-        // slot is in reached us by an Acquire load or an AcqRel publish,
-        // not SeqCst, so without this fence bind's walk could read an older
-        // table pointer while this load reads an older `bound` (helper-31's
-        // review; allowed by the language, not by x86 or ARMv8).
+        // `loom_bind_vs_create`). A fence, not `sc_fence`: the insert is a
+        // Release store, to a leaf that reached us through a hint or the
+        // leaves' index, by no SeqCst operation, so without it bind's walk
+        // could read an older index while this load reads an older `bound`
+        // (helper-31's review; allowed by the language, not by x86 or
+        // ARMv8). The fences order our store, and what we read before it,
+        // against bind's walk (helper-33's review).
         crate::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let now_sb = self.bound.load(std::sync::atomic::Ordering::SeqCst);
         if now_sb != sb {

@@ -192,8 +192,7 @@ pub trait Indexed {
     fn index_hash(&self) -> u64;
 
     /// Whether a tag folds the hash's low 16 bits into its top 16: for keys
-    /// that may differ only in their low bits (an owned inode table's
-    /// groups of eight, `inode::owned_ino_hash`), and for an index whose
+    /// that may differ only in their low bits, and for an index whose
     /// probes must seldom meet another key's tag (a directory's dentries:
     /// a complete directory's miss is an answer only when it meets none).
     /// Otherwise a tag is the top 16 bits, a prefix of the key's home in
