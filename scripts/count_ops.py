@@ -100,6 +100,8 @@ if os.environ.get("COUNT_OPS_ARGS") == "attr":
     OPS = ["chmod (Vfs::set_permissions)", "chown (Vfs::chown)", "link (Vfs::hard_link)"]
 elif os.environ.get("COUNT_OPS_ARGS") == "stat":
     OPS = ["stat /d0/d1/d2/file", "stat /d2/f2", "stat /src/components/button/index.tsx"]
+elif os.environ.get("COUNT_OPS_ARGS") == "open":
+    OPS = ["create (Vfs::open with O_CREAT | O_TRUNC, then close)", "stat (Vfs::metadata)", "unlink (Vfs::remove_file)"]
 else:
     OPS = ["create (Vfs::write of an empty file)", "stat (Vfs::metadata)", "unlink (Vfs::remove_file)"]
 runs = {op: [] for op in OPS}

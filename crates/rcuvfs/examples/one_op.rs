@@ -10,9 +10,10 @@
 //!
 //! With the argument `attr` (`scripts/count-ops attr`), the three are a
 //! chmod, a chown and a hard link of an existing file instead; with
-//! `stat`, three stats of cached paths (depth 4, short, a source tree's).
+//! `stat`, three stats of cached paths (depth 4, short, a source tree's);
+//! with `open`, the create is an open (`O_CREAT | O_TRUNC`) and a close.
 
-use rcuvfs::{Permissions, Vfs};
+use rcuvfs::{OpenOptions, Permissions, Vfs};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -80,10 +81,17 @@ fn main() -> std::io::Result<()> {
         }
         return Ok(());
     }
+    // `open`: the create is an open with O_CREAT | O_TRUNC and a close
+    // (the lab's `files` workload, and the host's way), not `Vfs::write`.
+    let open = std::env::args().nth(1).as_deref() == Some("open");
     for r in 0..2 + ROUNDS {
         let p = format!("/d{}/f{r}", r % 10);
         one_op_mark(1);
-        v.write(&p, b"")?;
+        if open {
+            drop(v.open(&p, OpenOptions::new().write(true).create(true).truncate(true))?);
+        } else {
+            v.write(&p, b"")?;
+        }
         one_op_mark(2);
         v.metadata(&p)?;
         one_op_mark(3);

@@ -508,6 +508,40 @@ mod tests {
         v.check_invariants().unwrap();
     }
 
+    /// An open that made its file hands the open file its create's
+    /// reference (no dentry holds one): one reference while it is open,
+    /// none after the close, and the inode goes with its name. Fails (the
+    /// in-core count stays up after the close) if the open takes a
+    /// reference of its own as well.
+    #[test]
+    fn an_open_that_made_its_file_hands_it_the_creates_reference() {
+        use crate::fs::memfs::{MemFs, MemFsOptions};
+        let fs = std::sync::Arc::new(MemFs::new(MemFsOptions::default()));
+        let v = Vfs::builder().filesystem(fs.clone()).build().unwrap();
+        v.create_dir("/d").unwrap();
+        let (live, in_core) = (fs.live_inodes(), v.stats().inodes);
+        let make = OpenOptions::new().write(true).create(true).truncate(true).clone();
+        for i in 0..3 {
+            let p = format!("/d/f{i}");
+            let f = v.open(&p, &make).unwrap();
+            assert_eq!(v.stats().inodes, in_core + 1, "the open file holds its inode");
+            drop(f);
+            assert_eq!(v.stats().inodes, in_core, "the close gave the one reference back");
+            // Opened again: found with no dentry, or through the one the
+            // second use makes.
+            let f = v.open(&p, OpenOptions::new().read(true)).unwrap();
+            assert_eq!(v.stats().inodes, in_core + 1);
+            drop(f);
+            assert_eq!(v.stats().inodes, in_core);
+        }
+        for i in 0..3 {
+            v.remove_file(format!("/d/f{i}")).unwrap();
+        }
+        v.synchronize();
+        assert_eq!(fs.live_inodes(), live, "the files went with their names");
+        v.check_invariants().unwrap();
+    }
+
     /// A file made with no dentry gets one at its second stat or open below
     /// the cache's size target (a name used over and over walks as any
     /// cached path does), none at its first, and none at the target (here

@@ -77,6 +77,18 @@ pub(super) enum Found<'a> {
 }
 
 impl Found<'_> {
+    /// Hands this answer's own reference on its inode (an [`IRef`]'s: not
+    /// a dentry's) to the caller, who then owns it: true if there was one.
+    /// The answer keeps the inode readable only as long as the update's
+    /// read section, as [`Found::Made`] does.
+    pub(super) fn give_ref(&mut self) -> bool {
+        let Found::Inode(i) = self else { return false };
+        let p = i.inode;
+        // The reference is the caller's now: not put on drop.
+        std::mem::forget(std::mem::replace(self, Found::Made(p)));
+        true
+    }
+
     pub(super) fn inode(&self) -> &Inode {
         match self {
             Found::Dentry(d) => d.inode().expect("positive"),
