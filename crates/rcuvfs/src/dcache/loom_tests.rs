@@ -17,7 +17,7 @@ use crate::cred::Cred;
 use crate::error::{fail, Result, ENOENT};
 use crate::fs::{Attr, DirEntry, FileSystem, FileType, Ino, Owner, RenameFlags, SetAttr, StatFs, Timespec, WritePos};
 use crate::namei::RcuWalk;
-use crate::sync::atomic::loom_model as model;
+use crate::sync::atomic::{loom_model as model, until_done};
 
 /// Inodes below 10 are directories, the rest files. A lookup is counted
 /// and finds `answer` (a file) for every name, or nothing but `x` once a
@@ -565,26 +565,6 @@ fn loom_bind_vs_create() {
     });
 }
 
-/// Calls `f` until it says it is done (`true`, returned), or until a call
-/// begun after `done` was set (`false`), yielding in between: for a thread
-/// whose one call must be tried inside another thread's, which sets
-/// `done` after it. With a single try, loom ran the spawned thread's call
-/// before the other's in every schedule (13 of them) and never inside
-/// its window; yields let it interleave the two. Acquire, against the
-/// setter's Release: the last call follows the other's whole.
-fn until_done(done: &crate::sync::atomic::AtomicBool, mut f: impl FnMut() -> bool) -> bool {
-    loop {
-        let over = done.load(std::sync::atomic::Ordering::Acquire);
-        if f() {
-            return true;
-        }
-        if over {
-            return false;
-        }
-        thread::yield_now();
-    }
-}
-
 /// A create that fails after memfs made its inode (its directory was
 /// removed: the index is closed), racing a `link` of the inode's number
 /// by a caller that guessed it (memfs's `FileSystem` calls take numbers).
@@ -641,7 +621,7 @@ fn loom_link_by_number_vs_a_failed_create() {
 /// it is forgotten. Fails (a lookup handed out on a freed inode) when the
 /// lookup is counted without the references' lock
 /// (`Inode::lookups_add_live`). The looker tries until the unlink is
-/// over ([`until_done`]).
+/// over ([`until_done`](crate::sync::atomic::until_done)).
 #[test]
 fn loom_lookup_vs_unlink_of_the_last_name() {
     use crate::fs::memfs::MemFs;

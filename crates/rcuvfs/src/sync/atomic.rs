@@ -251,6 +251,27 @@ pub const SPIN_LIMIT: u32 = 64;
 #[cfg(loom)]
 pub const SPIN_LIMIT: u32 = 0;
 
+/// (loom models) Calls `f` until it says it is done (`true`, returned), or until a call
+/// begun after `done` was set (`false`), yielding in between: for a thread
+/// whose one call must be tried inside another thread's, which sets
+/// `done` after it. With a single try, loom ran the spawned thread's call
+/// before the other's in every schedule (13 of them) and never inside
+/// its window; yields let it interleave the two. Acquire, against the
+/// setter's Release: the last call follows the other's whole.
+#[cfg(loom)]
+pub fn until_done(done: &AtomicBool, mut f: impl FnMut() -> bool) -> bool {
+    loop {
+        let over = done.load(Ordering::Acquire);
+        if f() {
+            return true;
+        }
+        if over {
+            return false;
+        }
+        loom::thread::yield_now();
+    }
+}
+
 /// Runs a loom model with the settings every model here uses: a preemption
 /// bound of 2 (unless `LOOM_MAX_PREEMPTIONS` says otherwise), because
 /// spin-then-park loops are scheduling points, and room for the long paths

@@ -450,7 +450,7 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
-    use crate::sync::atomic::{loom_model as model, AtomicBool};
+    use crate::sync::atomic::{loom_model as model, until_done, AtomicBool};
     use loom::sync::Arc;
     use loom::thread;
 
@@ -458,21 +458,6 @@ mod loom_tests {
 
     fn entry(n: u64) -> *const u64 {
         Box::into_raw(Box::new(n))
-    }
-
-    /// Calls `f` until it succeeds or `done` was set before the call (the
-    /// dcache models' helper of the same name).
-    fn until_done(done: &AtomicBool, mut f: impl FnMut() -> bool) -> bool {
-        loop {
-            let over = done.load(std::sync::atomic::Ordering::Acquire);
-            if f() {
-                return true;
-            }
-            if over {
-                return false;
-            }
-            thread::yield_now();
-        }
     }
 
     fn get(m: &Map, rcu: &Rcu, n: u64) -> Option<u64> {
