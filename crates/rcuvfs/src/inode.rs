@@ -1224,8 +1224,9 @@ impl Super {
 
 /// Inode numbers come in chunks of this many (memfs hands each thread's
 /// shard its own chunks): an owned table keeps a leaf of slots per chunk
-/// (`sync::chunk_map`). Under loom, four.
-pub(crate) const INO_CHUNK: u64 = if cfg!(loom) { 4 } else { 1024 };
+/// (`sync::chunk_map`). Under loom and Miri, four: a model or a test
+/// there fills and empties chunks with a few inodes.
+pub(crate) const INO_CHUNK: u64 = if cfg!(any(loom, miri)) { 4 } else { 1024 };
 
 /// An owned table: inode numbers to inodes, a leaf per chunk.
 type OwnedMap = ChunkMap<Inode, { INO_CHUNK as usize }>;

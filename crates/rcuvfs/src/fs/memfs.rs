@@ -1651,7 +1651,7 @@ mod tests {
     fn an_emptied_chunk_of_inode_numbers_leaves_the_table() {
         let fs = MemFs::default();
         let o = Owner { uid: 0, gid: 0 };
-        let n = 2 * INO_CHUNK + 100;
+        let n = 2 * INO_CHUNK + INO_CHUNK / 2;
         let made: Vec<Ino> =
             (0..n).map(|i| fs.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, o).unwrap().ino).collect();
         let leaves = || fs.table.leaves(&fs.rcu().read_lock());
