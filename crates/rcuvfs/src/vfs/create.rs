@@ -114,9 +114,11 @@ impl Vfs {
     /// directory the caller may not write, a name memfs has), the name is
     /// looked up instead and the caller goes on as with a dentry, so that
     /// each error comes where it does there (EEXIST before EACCES).
-    /// `keep`: the caller keeps the new inode (an open file), which then
-    /// comes with a reference; else it comes with none, to be read only
-    /// while the caller's update lasts (`Found::Made`).
+    /// `keep`: the caller keeps the new inode (an open file), or holds no
+    /// update's read section (`Dcache::hold_update` gave none: a blocking
+    /// filesystem is mounted), and the inode then comes with a reference;
+    /// else it comes with none, to be read only while the caller's update
+    /// and its read section last (`Found::Made`).
     pub(super) fn create_uncached<'a, 'p>(
         &'a self,
         u: Uncached<'a, 'p>,
@@ -166,7 +168,9 @@ impl Vfs {
         let uncached = if kind == FileType::Dir { IfUncached::LookUp } else { IfUncached::Create };
         let n = match self.begin_update(start, path, uncached)? {
             Update::Named(n) => n,
-            Update::Uncached(u) => match self.create_uncached(u, node, perm, false)? {
+            // A reference where no read section keeps the new inode's
+            // memory (`create_uncached`'s `keep`).
+            Update::Uncached(u) => match self.create_uncached(u, node, perm, _rcu.is_none())? {
                 Made::Born(..) => return Ok(()),
                 Made::Named(n) => n,
             },

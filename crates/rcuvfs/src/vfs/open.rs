@@ -85,7 +85,11 @@ impl Vfs {
                 match self.begin_update(start, path, IfUncached::Create)? {
                     Update::Uncached(u) => {
                         let perm = opts.mode & 0o7777 & !self.umask;
-                        match self.create_uncached(u, NewNode::File, perm, keeps)? {
+                        // With no read section (a blocking filesystem is
+                        // mounted), a file kept by nothing would be read
+                        // by nothing that keeps its memory: it comes with
+                        // a reference then.
+                        match self.create_uncached(u, NewNode::File, perm, keeps || _rcu.is_none())? {
                             Made::Born(w, f) => (w, f, true),
                             Made::Named(n) => found(self.open_create(Begun::Named(n), opts)?),
                         }
@@ -103,9 +107,10 @@ impl Vfs {
                 }
             };
             let inode: *const Inode = d.inode();
-            // SAFETY: kept by `d`'s reference, or, once `finish` took it or
-            // where there is none (`Found::Made`), by this update's read
-            // section (`_rcu`).
+            // SAFETY: kept by `d`'s reference; where there is none
+            // (`Found::Made`), by this update's read section (`_rcu`). Once
+            // `finish` took `d`'s reference it succeeded, and its file holds
+            // the inode: `inode` is read after `finish` only when it failed.
             let inode = unsafe { &*inode };
             match finish(w.mnt(), inode, created, &mut d) {
                 // The file the walk found lost its last name and its data

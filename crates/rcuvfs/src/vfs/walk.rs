@@ -79,8 +79,9 @@ pub(super) enum Found<'a> {
 impl Found<'_> {
     /// Hands this answer's own reference on its inode (an [`IRef`]'s: not
     /// a dentry's) to the caller, who then owns it: true if there was one.
-    /// The answer keeps the inode readable only as long as the update's
-    /// read section, as [`Found::Made`] does.
+    /// The answer holds nothing after that: only the caller's reference
+    /// keeps the inode (the update's read section may be none, where a
+    /// blocking filesystem is mounted: `Dcache::hold_update`).
     pub(super) fn give_ref(&mut self) -> bool {
         let Found::Inode(i) = self else { return false };
         let p = i.inode;
