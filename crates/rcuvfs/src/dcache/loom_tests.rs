@@ -651,6 +651,40 @@ fn loom_lookup_vs_unlink_of_the_last_name() {
     });
 }
 
+/// memfs's `setxattr` (a `FileSystem` call, as the VFS makes it, or a
+/// caller of memfs itself) racing the unlink of the file's last name:
+/// the bytes a change charges go back with the inode, whichever comes
+/// first. Fails (bytes left charged for a freed inode) when the change
+/// holds nothing that keeps the inode: the free then counts the list it
+/// saw, and the change publishes another after it. The setter tries
+/// until the unlink is over ([`until_done`](crate::sync::atomic::until_done)).
+#[test]
+fn loom_setxattr_vs_unlink_of_the_last_name() {
+    use crate::fs::memfs::MemFs;
+    model(|| {
+        let fs = Arc::new(MemFs::default());
+        let owner = crate::fs::Owner { uid: 0, gid: 0 };
+        let root = fs.root();
+        let a = fs.create(root, b"f", 0o644, owner).unwrap();
+        fs.forget(a.ino, 1);
+        let done = Arc::new(crate::sync::atomic::AtomicBool::new(false));
+        let setter = {
+            let (fs, done) = (fs.clone(), done.clone());
+            thread::spawn(move || {
+                until_done(&done, || {
+                    let _ = fs.setxattr(a.ino, b"user.a", b"v", crate::fs::XattrSet::Either);
+                    false
+                })
+            })
+        };
+        fs.unlink(root, b"f").unwrap();
+        done.store(true, std::sync::atomic::Ordering::Release);
+        setter.join().unwrap();
+        assert_eq!(fs.live_inodes(), 1, "only the root is left");
+        assert_eq!(fs.used_bytes(), 0, "an attribute's bytes stayed charged for a freed inode");
+    });
+}
+
 /// A name added to memfs under its name lock, with no dentry (as a bare
 /// create adds it, `Dcache::creates_bare`; here a link of `z`'s file, the
 /// same insert with less around it for loom), racing an unlink of `y`, in

@@ -937,6 +937,26 @@ impl MemFs {
     fn change_xattr(&self, ino: Ino, name: &[u8], set: Option<(&[u8], XattrSet)>) -> Result<()> {
         let g = self.rcu().read_lock();
         let i = self.get(&g, ino)?;
+        // Lets loom run an unlink of the last name here.
+        crate::sync::atomic::preemption_point();
+        // Held as a lookup for the change: an inode is freed only with none
+        // (decided under the references' lock), and its free refunds the
+        // list it has then. Without it, a change racing the last unlink
+        // published its list after the free had counted the one before,
+        // and its bytes stayed charged (helper-32's audit; loom model
+        // `loom_setxattr_vs_unlink_of_the_last_name`). Five atomic
+        // operations, on a rare call.
+        if !i.lookups_add_live() {
+            return fail(ENOENT);
+        }
+        let r = self.change_xattr_held(i, name, set);
+        i.lookups_sub(1);
+        self.table.release_if_unused(i, self.rcu());
+        r
+    }
+
+    /// [`change_xattr`](Self::change_xattr) on an inode its caller keeps.
+    fn change_xattr_held(&self, i: &Inode, name: &[u8], set: Option<(&[u8], XattrSet)>) -> Result<()> {
         i.update_xattrs(
             self.rcu(),
             |cur| {
