@@ -1238,29 +1238,31 @@ fn new_parts() -> Box<[Padded<Index<Inode, true>>]> {
 /// What an owned table calls as it frees each inode.
 pub(crate) type OnFree = Box<dyn Fn(&Inode) + Send + Sync>;
 
+/// How a table finds its inodes by number.
+enum Numbers {
+    /// A table of copies: one index per partition ([`InodeTable::part`]),
+    /// so that creates anywhere write no common line, and a resize (to
+    /// drop the tombstones that create/unlink churn leaves) freezes one
+    /// partition, not the table. Each on lines of its own: a resize of one
+    /// partition stores its table pointer, which must not evict the
+    /// others' from their readers.
+    Copies(Box<[Padded<Index<Inode, true>>]>),
+    /// An owned table (the filesystem owns the inodes, memfs: they are its
+    /// truth, live while linked, looked up or referenced, and the VFS only
+    /// references them), whose numbers the filesystem hands out a chunk at
+    /// a time: a create stores one slot, with no lock (until 2026-11-29
+    /// they were in a sharded index too, at seven atomic RMWs a create and
+    /// eleven an unlink).
+    Owned(OwnedMap),
+}
+
 /// The ino -> in-core inode table of one superblock (Linux's inode hash,
-/// with `iget` and `iput`), on a sharded index: creates anywhere in the
-/// filesystem write no common line.
+/// with `iget` and `iput`).
 pub(crate) struct InodeTable {
-    /// A table of copies: one index per partition ([`InodeTable::part`]):
-    /// a resize (to drop the tombstones that create/unlink churn leaves)
-    /// freezes one partition, not the table.
-    /// Each on lines of its own: a resize of one partition stores its
-    /// table pointer, which must not evict the others' from their readers.
-    /// None in an owned table.
-    parts: Box<[Padded<Index<Inode, true>>]>,
-    /// An owned table's inodes, by number (memfs hands its numbers out a
-    /// chunk at a time): a create stores one slot, with no lock (until
-    /// 2026-11-30 they were in `parts` too, at seven atomic RMWs a create
-    /// and eleven an unlink). None in a table of copies.
-    map: Option<OwnedMap>,
+    numbers: Numbers,
     /// The superblock's list of in-core inodes (`s_inodes`), in the mode
     /// chosen at build time (seed 004).
     pub list: InodeList,
-    /// The filesystem owns the inodes (memfs): they are its truth, live
-    /// while linked, looked up or referenced, and the VFS only references
-    /// them.
-    pub owned: bool,
     /// Called on an owned inode as it is freed (its filesystem's
     /// accounting).
     on_free: Option<OnFree>,
@@ -1289,46 +1291,42 @@ impl InodeTable {
     /// A table of copies.
     pub fn new(list: ListMode, owned: bool) -> InodeTable {
         debug_assert!(!owned, "an owned table is made with `new_owned`");
-        InodeTable { parts: new_parts(), map: None, list: InodeList::new(list), owned: false, on_free: None }
+        InodeTable { numbers: Numbers::Copies(new_parts()), list: InodeList::new(list), on_free: None }
     }
 
     /// A filesystem's own table (memfs); `on_free` sees each inode as it is
     /// freed.
     pub fn new_owned(list: ListMode, on_free: OnFree) -> InodeTable {
-        InodeTable {
-            parts: Box::new([]),
-            map: Some(OwnedMap::new()),
-            list: InodeList::new(list),
-            owned: true,
-            on_free: Some(on_free),
-        }
+        InodeTable { numbers: Numbers::Owned(OwnedMap::new()), list: InodeList::new(list), on_free: Some(on_free) }
     }
 
+    /// Whether the filesystem owns the inodes (memfs; see [`Numbers`]).
     #[inline]
-    fn hash(&self, ino: Ino) -> u64 {
-        ino_hash(ino)
+    pub fn owned(&self) -> bool {
+        matches!(self.numbers, Numbers::Owned(_))
     }
 
     /// An owned table's map.
     #[inline]
     fn owned_map(&self) -> &OwnedMap {
-        self.map.as_ref().expect("an owned table")
+        let Numbers::Owned(m) = &self.numbers else { unreachable!("an owned table") };
+        m
     }
 
     /// The partition of a table of copies that holds inode `ino`.
     #[inline]
     fn part(&self, ino: Ino) -> &Index<Inode, true> {
-        debug_assert!(!self.owned);
-        &self.parts[(ino_hash(ino) >> 40) as usize % THREAD_SHARDS]
+        let Numbers::Copies(parts) = &self.numbers else { unreachable!("a table of copies") };
+        &parts[(ino_hash(ino) >> 40) as usize % THREAD_SHARDS]
     }
 
     /// The inode numbered `ino`, live at the time of the probe; the caller
     /// is in a read section of the table's RCU domain.
     pub fn get<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, ino: Ino) -> Option<&'g Inode> {
-        if self.owned {
-            return self.owned_map().get(guard, ino).filter(|i| !i.is_dead());
+        if let Numbers::Owned(m) = &self.numbers {
+            return m.get(guard, ino).filter(|i| !i.is_dead());
         }
-        self.part(ino).find(guard, self.hash(ino), |i| {
+        self.part(ino).find(guard, ino_hash(ino), |i| {
             if i.ino == ino && !i.is_dead() {
                 Probe::Stop(i)
             } else {
@@ -1339,11 +1337,9 @@ impl InodeTable {
 
     /// Every inode in the table (a snapshot of no instant).
     pub fn for_each<'g>(&'g self, guard: &'g crate::sync::RcuGuard<'_>, mut f: impl FnMut(&'g Inode)) {
-        if self.owned {
-            return self.owned_map().for_each(guard, f);
-        }
-        for p in self.parts.iter() {
-            p.for_each(guard, &mut f)
+        match &self.numbers {
+            Numbers::Owned(m) => m.for_each(guard, f),
+            Numbers::Copies(parts) => parts.iter().for_each(|p| p.for_each(guard, &mut f)),
         }
     }
 
@@ -1363,7 +1359,7 @@ impl InodeTable {
     /// filesystem puts in the table, the same for every inode of the chunk
     /// (see `ChunkMap::insert`).
     pub unsafe fn insert_new(&self, inode: Box<Inode>, numbers: u32, rcu: &Rcu) -> *const Inode {
-        debug_assert!(self.owned && inode.owned);
+        debug_assert!(inode.owned);
         let p = Box::into_raw(inode) as *const Inode;
         // SAFETY: just allocated; shared from the insert on.
         let i = unsafe { &*p };
@@ -1395,7 +1391,7 @@ impl InodeTable {
                 // SAFETY: we hold a reference.
                 let i = unsafe { &*p };
                 if counted_lookup {
-                    if self.owned {
+                    if self.owned() {
                         // Our reference keeps it now.
                         i.lookups_sub(1);
                     } else {
@@ -1404,7 +1400,7 @@ impl InodeTable {
                 }
                 return Ok(p);
             }
-            if self.owned {
+            if self.owned() {
                 return crate::error::fail(crate::error::ENOENT);
             }
             // Not in core: a new one, unless another thread adds it first.
@@ -1419,7 +1415,7 @@ impl InodeTable {
             if counted_lookup {
                 inode.nlookup.store(1, Ordering::Relaxed);
             }
-            let hash = self.hash(attr.ino);
+            let hash = ino_hash(attr.ino);
             let p = Box::into_raw(inode) as *const Inode;
             // SAFETY: ours until inserted.
             let i = unsafe { &*p };
@@ -1476,7 +1472,7 @@ impl InodeTable {
     /// Takes a reference on `i` unless it is dying; an owned inode's first
     /// VFS reference counts it as in core.
     fn take_ref(&self, i: &Inode, counters: &LiveCounters) -> bool {
-        if !self.owned {
+        if !self.owned() {
             return i.refs.get_not_dead();
         }
         if i.refs.get_if_positive() {
@@ -1522,7 +1518,7 @@ impl InodeTable {
         crate::sync::audit::shared_writes(1);
         let Some(g) = inode.refs.put_or_lock() else { return };
         counters.add_inode(-1);
-        if self.owned {
+        if self.owned() {
             // Decided under the lock; the count set as it is let go.
             if !Self::unused_owned(inode) {
                 g.unlock_with(0);
@@ -1567,11 +1563,11 @@ impl InodeTable {
 
     /// Takes a dead inode out of the table and the list, and retires it.
     fn free(&self, inode: &Inode, rcu: &Rcu) {
-        let owned = if self.owned {
+        let owned = if let Numbers::Owned(m) = &self.numbers {
             // SAFETY: inserted at its birth; this, its end, removes it.
-            Some(unsafe { self.owned_map().remove(inode.ino, rcu) })
+            Some(unsafe { m.remove(inode.ino, rcu) })
         } else {
-            let hash = self.hash(inode.ino);
+            let hash = ino_hash(inode.ino);
             let part = self.part(inode.ino);
             let owned = part.lock(hash, rcu).take(inode, hash);
             part.shrink_if_sparse(rcu);
@@ -1596,7 +1592,7 @@ impl InodeTable {
     /// the VFS held on them are gone (a teardown frees dentries without
     /// `iput`), and those that nothing else keeps are freed.
     pub fn clear(&self, sb: &Super, counters: &LiveCounters, rcu: &Rcu) {
-        if self.owned {
+        if self.owned() {
             if let Some(m) = sb.fs.as_memfs() {
                 m.unbind(sb);
             }
@@ -1646,9 +1642,7 @@ impl InodeTable {
     /// # Safety
     /// Nothing can reach the table or its inodes any more, and no RCU
     /// reader can still hold one of them.
-    pub unsafe fn drop_owned(&self, rcu: &Rcu, mut f: impl FnMut(&Inode)) {
-        debug_assert!(self.owned);
-        let _ = rcu;
+    pub unsafe fn drop_owned(&self, mut f: impl FnMut(&Inode)) {
         let mut all: Vec<*const Inode> = Vec::new();
         // SAFETY: the caller's contract.
         unsafe { self.owned_map().drain_now(|i| all.push(i)) };

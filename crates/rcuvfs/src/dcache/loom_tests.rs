@@ -615,39 +615,51 @@ fn loom_link_by_number_vs_a_failed_create() {
     });
 }
 
+/// A memfs with one file, `f` in the root (no lookup of it out), and a
+/// thread that calls `call` with the memfs and the file's number, again
+/// and again ([`until_done`](crate::sync::atomic::until_done)), while this
+/// one unlinks the file's last name; then only the root is left. Returns
+/// the memfs for the model's own checks.
+fn racing_the_last_unlink(
+    call: impl Fn(&crate::fs::memfs::MemFs, Ino) + Send + Sync + 'static,
+) -> Arc<crate::fs::memfs::MemFs> {
+    let fs = Arc::new(crate::fs::memfs::MemFs::default());
+    let owner = crate::fs::Owner { uid: 0, gid: 0 };
+    let root = fs.root();
+    let a = fs.create(root, b"f", 0o644, owner).unwrap();
+    fs.forget(a.ino, 1);
+    let done = Arc::new(crate::sync::atomic::AtomicBool::new(false));
+    let racer = {
+        let (fs, done) = (fs.clone(), done.clone());
+        thread::spawn(move || {
+            until_done(&done, || {
+                call(&fs, a.ino);
+                false
+            })
+        })
+    };
+    fs.unlink(root, b"f").unwrap();
+    done.store(true, std::sync::atomic::Ordering::Release);
+    racer.join().unwrap();
+    assert_eq!(fs.live_inodes(), 1, "only the root is left");
+    fs
+}
+
 /// memfs's `lookup` (a `FileSystem` call, as over a memfs that is not
 /// bound) racing the unlink of the name's last link: a lookup either
 /// finds the name gone, or hands out a lookup that keeps the inode until
 /// it is forgotten. Fails (a lookup handed out on a freed inode) when the
 /// lookup is counted without the references' lock
-/// (`Inode::lookups_add_live`). The looker tries until the unlink is
-/// over ([`until_done`](crate::sync::atomic::until_done)).
+/// (`Inode::lookups_add_live`).
 #[test]
 fn loom_lookup_vs_unlink_of_the_last_name() {
-    use crate::fs::memfs::MemFs;
     model(|| {
-        let fs = Arc::new(MemFs::default());
-        let owner = crate::fs::Owner { uid: 0, gid: 0 };
-        let root = fs.root();
-        let a = fs.create(root, b"f", 0o644, owner).unwrap();
-        fs.forget(a.ino, 1);
-        let done = Arc::new(crate::sync::atomic::AtomicBool::new(false));
-        let looker = {
-            let (fs, done) = (fs.clone(), done.clone());
-            thread::spawn(move || {
-                until_done(&done, || {
-                    if let Ok(a) = fs.lookup(root, b"f") {
-                        assert!(fs.getattr(a.ino).is_ok(), "a lookup handed out on a freed inode");
-                        fs.forget(a.ino, 1);
-                    }
-                    false
-                })
-            })
-        };
-        fs.unlink(root, b"f").unwrap();
-        done.store(true, std::sync::atomic::Ordering::Release);
-        looker.join().unwrap();
-        assert_eq!(fs.live_inodes(), 1, "only the root is left");
+        racing_the_last_unlink(|fs, _| {
+            if let Ok(a) = fs.lookup(fs.root(), b"f") {
+                assert!(fs.getattr(a.ino).is_ok(), "a lookup handed out on a freed inode");
+                fs.forget(a.ino, 1);
+            }
+        });
     });
 }
 
@@ -656,31 +668,13 @@ fn loom_lookup_vs_unlink_of_the_last_name() {
 /// the bytes a change charges go back with the inode, whichever comes
 /// first. Fails (bytes left charged for a freed inode) when the change
 /// holds nothing that keeps the inode: the free then counts the list it
-/// saw, and the change publishes another after it. The setter tries
-/// until the unlink is over ([`until_done`](crate::sync::atomic::until_done)).
+/// saw, and the change publishes another after it.
 #[test]
 fn loom_setxattr_vs_unlink_of_the_last_name() {
-    use crate::fs::memfs::MemFs;
     model(|| {
-        let fs = Arc::new(MemFs::default());
-        let owner = crate::fs::Owner { uid: 0, gid: 0 };
-        let root = fs.root();
-        let a = fs.create(root, b"f", 0o644, owner).unwrap();
-        fs.forget(a.ino, 1);
-        let done = Arc::new(crate::sync::atomic::AtomicBool::new(false));
-        let setter = {
-            let (fs, done) = (fs.clone(), done.clone());
-            thread::spawn(move || {
-                until_done(&done, || {
-                    let _ = fs.setxattr(a.ino, b"user.a", b"v", crate::fs::XattrSet::Either);
-                    false
-                })
-            })
-        };
-        fs.unlink(root, b"f").unwrap();
-        done.store(true, std::sync::atomic::Ordering::Release);
-        setter.join().unwrap();
-        assert_eq!(fs.live_inodes(), 1, "only the root is left");
+        let fs = racing_the_last_unlink(|fs, ino| {
+            let _ = fs.setxattr(ino, b"user.a", b"v", crate::fs::XattrSet::Either);
+        });
         assert_eq!(fs.used_bytes(), 0, "an attribute's bytes stayed charged for a freed inode");
     });
 }

@@ -1645,7 +1645,7 @@ impl Drop for MemFs {
         let rcu = self.domain().clone();
         // SAFETY: as above; a bound VFS is gone, and with it its readers.
         unsafe {
-            self.table.drop_owned(&rcu, |i| {
+            self.table.drop_owned(|i| {
                 let g = rcu.read_lock();
                 let mut names: Vec<*const Dirent> = Vec::new();
                 i.entries.for_each_raw(&g, |e| names.push(e));

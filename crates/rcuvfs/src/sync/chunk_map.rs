@@ -13,7 +13,7 @@
 //!
 //! # Why not a hash of every number
 //!
-//! Until 2026-11-30 memfs's inodes were the entries of a sharded [`Index`]
+//! Until 2026-11-29 memfs's inodes were the entries of a sharded [`Index`]
 //! keyed by number. A create locked a home, claimed a slot, inserted and
 //! counted itself: seven atomic read-modify-writes and about 440
 //! instructions. An unlink did the same backwards, and looked for a
@@ -53,7 +53,6 @@
 //! so nobody can make a chunk's leaf sparse on purpose. A chunk whose
 //! entries mostly went keeps its leaf (`8 * C` bytes) until the last goes.
 
-use std::marker::PhantomData;
 use std::ptr;
 
 use super::atomic::{preemption_point, AtomicPtr, AtomicU32, Ordering};
@@ -116,7 +115,6 @@ impl<T, const C: usize> Leaf<T, C> {
 pub struct ChunkMap<T, const C: usize> {
     leaves: Index<Leaf<T, C>>,
     hints: Box<[Padded<AtomicPtr<Leaf<T, C>>>]>,
-    _t: PhantomData<*const T>,
 }
 
 // SAFETY: the map hands out `&T` to any thread and stores pointers any
@@ -133,11 +131,7 @@ impl<T: Sync + Send + 'static, const C: usize> Default for ChunkMap<T, C> {
 
 impl<T: Sync + Send + 'static, const C: usize> ChunkMap<T, C> {
     pub fn new() -> Self {
-        ChunkMap {
-            leaves: Index::new(),
-            hints: (0..HINTS).map(|_| Padded(AtomicPtr::new(ptr::null_mut()))).collect(),
-            _t: PhantomData,
-        }
+        ChunkMap { leaves: Index::new(), hints: (0..HINTS).map(|_| Padded(AtomicPtr::new(ptr::null_mut()))).collect() }
     }
 
     #[inline]

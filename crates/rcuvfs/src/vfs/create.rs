@@ -164,13 +164,13 @@ impl Vfs {
         check_path(path)?;
         let _g = self.state.global();
         // One read section for the whole update (`Dcache::hold_update`).
-        let _rcu = self.dc().hold_update();
+        let section = self.dc().hold_update();
         let uncached = if kind == FileType::Dir { IfUncached::LookUp } else { IfUncached::Create };
         let n = match self.begin_update(start, path, uncached)? {
             Update::Named(n) => n,
             // A reference where no read section keeps the new inode's
             // memory (`create_uncached`'s `keep`).
-            Update::Uncached(u) => match self.create_uncached(u, node, perm, _rcu.is_none())? {
+            Update::Uncached(u) => match self.create_uncached(u, node, perm, section.is_none())? {
                 Made::Born(..) => return Ok(()),
                 Made::Named(n) => n,
             },

@@ -78,7 +78,7 @@ impl Vfs {
         let _g = self.state.global();
         // The walk, the create and the open nest their read sections in
         // this one (`Dcache::hold_update`).
-        let _rcu = self.dc().hold_update();
+        let section = self.dc().hold_update();
         let mut tries = 0;
         loop {
             let (w, mut d, created) = if opts.create_any() {
@@ -89,7 +89,7 @@ impl Vfs {
                         // mounted), a file kept by nothing would be read
                         // by nothing that keeps its memory: it comes with
                         // a reference then.
-                        match self.create_uncached(u, NewNode::File, perm, keeps || _rcu.is_none())? {
+                        match self.create_uncached(u, NewNode::File, perm, keeps || section.is_none())? {
                             Made::Born(w, f) => (w, f, true),
                             Made::Named(n) => found(self.open_create(Begun::Named(n), opts)?),
                         }
@@ -108,7 +108,7 @@ impl Vfs {
             };
             let inode: *const Inode = d.inode();
             // SAFETY: kept by `d`'s reference; where there is none
-            // (`Found::Made`), by this update's read section (`_rcu`). Once
+            // (`Found::Made`), by this update's read section (`section`). Once
             // `finish` took `d`'s reference it succeeded, and its file holds
             // the inode: `inode` is read after `finish` only when it failed.
             let inode = unsafe { &*inode };
